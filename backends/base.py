@@ -1,0 +1,45 @@
+"""The backend protocol: what a secondary tier must offer the manager."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Backend", "BlockStore", "Key", "check_key"]
+
+Key = bytes
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Answers "is each of these blocks stored?" for one request's keys.
+
+    ``batch_lookup`` returns one ``bool`` per key, in order.  It may raise or
+    be slow: the manager turns any of that into a MISS and keeps serving.
+    """
+
+    def batch_lookup(self, keys: Sequence[Key], req_context: object) -> Iterable[bool]: ...
+
+
+@runtime_checkable
+class BlockStore(Protocol):
+    """A backend that can also write ground truth (tests, demos, conformance)."""
+
+    def batch_lookup(self, keys: Sequence[Key], req_context: object) -> Iterable[bool]: ...
+
+    def locate(self, key: Key) -> str: ...
+
+    def store(self, key: Key, data: bytes = b"") -> None: ...
+
+    def remove(self, key: Key) -> None: ...
+
+
+def check_key(key: object) -> bytes:
+    """Return ``key`` if it is ``bytes``.
+
+    Raises:
+        TypeError: naming the type that was passed instead.
+    """
+    if type(key) is not bytes:
+        raise TypeError(f"keys must be bytes, got {type(key).__name__}")
+    return key

@@ -1,0 +1,27 @@
+"""kvprobe.spec: the lifecycle declaration and, built on it, the reference model."""
+
+from kvprobe.spec.lifecycle import (
+    ABSENT,
+    NEXT_PHASE,
+    RULES,
+    Event,
+    LifecycleError,
+    LookupPhase,
+    Rule,
+    Waiters,
+    build_machine,
+    to_dot,
+)
+
+__all__ = [
+    "ABSENT",
+    "NEXT_PHASE",
+    "RULES",
+    "Event",
+    "LifecycleError",
+    "LookupPhase",
+    "Rule",
+    "Waiters",
+    "build_machine",
+    "to_dot",
+]

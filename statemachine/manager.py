@@ -1,0 +1,294 @@
+"""``AsyncLookupManager``: the public surface, a thin driver around the core.
+
+The manager owns a :class:`~kvprobe.statemachine.core.LookupCore` (all probe
+state) and a worker (all threads and backend calls).  It adds only what the
+core must not know about: noticing a dead worker, shutting the worker down,
+refusing calls after shutdown, checked mode, and tracing.
+
+``lookup`` is the scheduler's hot path; when neither checked mode nor a trace
+is on, the instance attribute ``lookup`` *is* the core's bound method, so the
+manager adds no call layer to it.
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+from types import TracebackType
+from typing import Any, Literal
+
+from kvprobe.backends.base import Backend
+from kvprobe.spec.lifecycle import LookupPhase
+from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.trace import TraceSink, TracingCore
+from kvprobe.statemachine.types import (
+    FailureKind,
+    HasReqId,
+    InvalidInputError,
+    InvalidValueError,
+    Key,
+    ManagerClosedError,
+    Stats,
+    WrongThreadError,
+)
+from kvprobe.statemachine.workers import ManualWorker, ThreadedWorker, Worker
+
+__all__ = ["AsyncLookupManager"]
+
+WorkerChoice = Literal["thread", "manual"] | Worker
+
+
+class AsyncLookupManager:
+    """Batched, asynchronous existence lookups against one slow tier.
+
+    Call ``lookup`` for each (key, request) during a scheduling step, ``flush``
+    at the end of the step, ``cleanup`` when a request finishes, ``mark_miss``
+    when loading a block the tier claimed failed, ``shutdown`` at the end.
+    All of these must be called from one thread (the scheduler's).
+
+    Args:
+        backend: any object with ``batch_lookup(keys, req_context) -> Iterable[bool]``.
+        name: names the worker thread and error messages.
+        lookup_timeout_s: a backend call slower than this resolves its keys as
+            MISS (counted in ``stats.timeouts``); None waits indefinitely.
+        worker: ``"thread"`` (default, a background thread), ``"manual"``
+            (tests pump :attr:`worker`, a :class:`ManualWorker`), or any object
+            implementing :class:`~kvprobe.statemachine.workers.Worker`.
+        max_stuck_calls: with a timeout, how many calls may run on past it
+            before further groups fail at once (bounds the threads).
+        checked: verify the one-thread rule and every invariant after each
+            call (slow; for tests and debugging).
+        trace: a callable receiving one dict per model action (see
+            :mod:`kvprobe.statemachine.trace`).
+        shutdown_timeout_s: how long ``shutdown`` waits for the worker thread.
+
+    Raises:
+        InvalidInputError: ``backend`` has no callable ``batch_lookup``, or a
+            number argument is not a real number.
+        InvalidValueError: a timeout is negative, zero, or not finite.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        name: str = "tier",
+        lookup_timeout_s: float | None = None,
+        worker: WorkerChoice = "thread",
+        max_stuck_calls: int = 4,
+        checked: bool = False,
+        trace: TraceSink | None = None,
+        shutdown_timeout_s: float = 5.0,
+    ) -> None:
+        if not callable(getattr(backend, "batch_lookup", None)):
+            raise InvalidInputError(
+                f"backend must have a callable batch_lookup(keys, req_context); {type(backend).__name__} has none"
+            )
+        if lookup_timeout_s is not None:
+            lookup_timeout_s = _positive("lookup_timeout_s", lookup_timeout_s)
+        shutdown_timeout_s = _positive("shutdown_timeout_s", shutdown_timeout_s)
+        if isinstance(max_stuck_calls, bool) or not isinstance(max_stuck_calls, int):
+            raise InvalidInputError(f"max_stuck_calls must be an int, got {type(max_stuck_calls).__name__}")
+        self.name = name
+        self.backend = backend
+        self.lookup_timeout_s = lookup_timeout_s
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self._core = LookupCore() if trace is None else TracingCore(trace)
+        if worker == "thread":
+            self.worker: Worker = ThreadedWorker(
+                name=name, lookup_timeout_s=lookup_timeout_s, max_stuck_calls=max_stuck_calls
+            )
+        elif worker == "manual":
+            self.worker = ManualWorker()
+        elif isinstance(worker, str):
+            raise InvalidValueError(f"worker must be 'thread', 'manual' or a Worker object, got {worker!r}")
+        else:
+            self.worker = worker
+        self._checked = checked
+        self._owner: int | None = None
+        self._closed = False
+        if not checked:
+            # Hot path: no manager layer between the caller and the core.
+            self.lookup = self._core.lookup  # type: ignore[method-assign]
+        self.worker.start(backend, self._core.inbox.append)
+
+    # --- the scheduler's calls --------------------------------------------------
+
+    def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+        """Whether ``key`` is stored: True, False, or None (not known yet; ask again).
+
+        The first call for a key starts a probe that joins this step's batch.
+        Results the worker published are applied first, so a verdict is
+        visible as soon as the backend returned.
+
+        Raises:
+            InvalidInputError: ``key`` is not ``bytes``, or ``req_context``
+                has no string ``req_id``.  Nothing changed.
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        try:
+            return self._core.lookup(key, req_context)
+        finally:
+            self._check()
+
+    def flush(self) -> None:
+        """End of step: submit this step's pending probes to the worker.
+
+        Also notices a dead worker: its probes resolve as MISS and a new
+        worker is started.  Never raises because of the backend.
+
+        Raises:
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        self._revive_worker()
+        batch = self._core.flush()
+        if batch is not None:
+            self.worker.submit(batch)
+        self._check()
+
+    def drain_results(self) -> int:
+        """Apply every result the worker has published; return how many groups.
+
+        ``lookup`` and ``flush`` do this implicitly.
+
+        Raises:
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        self._revive_worker()
+        applied = self._core.drain()
+        self._check()
+        return applied
+
+    def cleanup(self, req_id: str) -> None:
+        """The request finished: release every probe it waits on.
+
+        Unknown request ids are counted (``stats.unknown_cleanups``) and ignored.
+
+        Raises:
+            InvalidInputError: ``req_id`` is not a string.  Nothing changed.
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        self._core.cleanup(req_id)
+        self._check()
+
+    def mark_miss(self, keys: Iterable[Key]) -> None:
+        """Loading these keys from the tier failed: answer False for them from now on.
+
+        The MISS sticks until the key's state is reclaimed, whatever results
+        arrive later.  Keys without a state are counted and ignored.
+
+        Raises:
+            InvalidInputError: ``keys`` is a single key or holds a non-bytes
+                element.  Nothing changed.
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        self._core.mark_miss(keys)
+        self._check()
+
+    def shutdown(self) -> None:
+        """Stop the worker and reclaim every probe state.
+
+        Afterwards ``len(m) == 0`` and every call but ``shutdown`` and ``len``
+        raises :class:`ManagerClosedError`.  Calling it again does nothing.
+        Waits at most ``shutdown_timeout_s`` for the worker thread; a backend
+        call still running then is abandoned (its result is discarded).
+
+        Raises:
+            WrongThreadError: checked mode, called from another thread.
+        """
+        if self._closed:
+            return
+        self._guard()
+        self._closed = True
+        self.worker.stop(self._shutdown_timeout_s)
+        self._core.shutdown()
+        self.lookup = self._closed_lookup  # type: ignore[method-assign]
+
+    # --- observation ------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Probe states currently held (0 after shutdown)."""
+        return len(self._core.states)
+
+    def phase(self, key: Key) -> LookupPhase | None:
+        """The key's phase after applying published results, or None if no state is held.
+
+        Raises:
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        self._core.drain()
+        return self._core.phase(key)
+
+    @property
+    def stats(self) -> Stats:
+        """A snapshot of the counters (see :class:`~kvprobe.statemachine.types.Stats`)."""
+        snapshot = replace(self._core.stats)
+        snapshot.failures = dict(snapshot.failures)
+        return snapshot
+
+    @property
+    def closed(self) -> bool:
+        """True after ``shutdown``."""
+        return self._closed
+
+    @property
+    def core(self) -> LookupCore:
+        """The pure core (read it; do not call its actions behind the manager's back)."""
+        return self._core
+
+    def __enter__(self) -> AsyncLookupManager:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self)} states"
+        return f"<AsyncLookupManager {self.name!r} {state}>"
+
+    # --- driver duties ----------------------------------------------------------
+
+    def _revive_worker(self) -> None:
+        if self.worker.is_alive():
+            return
+        # The worker's queue went with it: fail what it held, start afresh.
+        self._core.fail_outstanding(FailureKind.WORKER_DIED, f"worker of {self.name!r} died")
+        self.worker.start(self.backend, self._core.inbox.append)
+
+    def _guard(self) -> None:
+        if self._closed:
+            raise ManagerClosedError(f"lookup manager {self.name!r} was shut down")
+        if self._checked:
+            me = threading.get_ident()
+            if self._owner is None:
+                self._owner = me
+            elif self._owner != me:
+                raise WrongThreadError(
+                    f"lookup manager {self.name!r} is used from thread {threading.current_thread().name!r}; "
+                    "it belongs to the thread that first called it"
+                )
+
+    def _check(self) -> None:
+        if self._checked:
+            self._core.check_invariants()
+
+    def _closed_lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+        raise ManagerClosedError(f"lookup manager {self.name!r} was shut down")
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not (0 < float(value) < float("inf")):
+        raise InvalidValueError(f"{name} must be positive and finite, got {value!r}")
+    return float(value)

@@ -1,0 +1,116 @@
+"""Event traces of the core, named by TLA+ action, for trace validation.
+
+Tracing costs nothing when off: the manager then uses a plain
+:class:`~kvprobe.statemachine.core.LookupCore`.  With a sink it uses
+:class:`TracingCore`, which emits one JSON-ready dict after each action:
+
+=============  ===============================================================
+``action``     other fields
+=============  ===============================================================
+``Lookup``     ``key`` (hex), ``req``, ``verdict`` (true/false/null), ``phase``
+``Flush``      ``groups``: list of ``{group, req, keys, gens}``
+``Drain``      ``group``, ``keys``, ``gens``, ``verdicts`` (list or null),
+               ``failure`` (FailureKind value or null), ``late``
+``Cleanup``    ``req``
+``MarkMiss``   ``keys``
+``Shutdown``   (none)
+=============  ===============================================================
+
+Every event also has ``seq`` (0, 1, ...) and ``size`` (states held after the
+action).  Worker actions are not recorded: they are implied by the outcomes
+the scheduler drains.  :class:`NdjsonTrace` writes events one JSON object per
+line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import IO
+
+from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.types import Batch, GroupOutcome, HasReqId, Key
+
+__all__ = ["NdjsonTrace", "TraceSink", "TracingCore", "read_ndjson"]
+
+TraceSink = Callable[[dict[str, object]], None]
+
+
+class TracingCore(LookupCore):
+    """A core that reports each action to ``sink`` after performing it."""
+
+    def __init__(self, sink: TraceSink) -> None:
+        super().__init__()
+        self._sink = sink
+        self._seq = 0
+
+    def _emit(self, action: str, **fields: object) -> None:
+        event: dict[str, object] = {"seq": self._seq, "action": action, **fields, "size": len(self.states)}
+        self._seq += 1
+        self._sink(event)
+
+    def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+        verdict = super().lookup(key, req_context)
+        phase = self.phase(key)
+        self._emit(
+            "Lookup",
+            key=key.hex(),
+            req=req_context.req_id,
+            verdict=verdict,
+            phase=None if phase is None else phase.value,
+        )
+        return verdict
+
+    def flush(self) -> Batch | None:
+        batch = super().flush()
+        groups = (
+            []
+            if batch is None
+            else [
+                {"group": g.group_id, "req": g.req_id, "keys": [k.hex() for k in g.keys], "gens": list(g.generations)}
+                for g in batch.groups
+            ]
+        )
+        self._emit("Flush", groups=groups)
+        return batch
+
+    def apply(self, outcome: GroupOutcome) -> None:
+        super().apply(outcome)
+        group = outcome.group
+        self._emit(
+            "Drain",
+            group=group.group_id,
+            keys=[k.hex() for k in group.keys],
+            gens=list(group.generations),
+            verdicts=None if outcome.verdicts is None else list(outcome.verdicts),
+            failure=None if outcome.failure is None else outcome.failure.value,
+            late=outcome.late,
+        )
+
+    def cleanup(self, req_id: str) -> None:
+        super().cleanup(req_id)
+        self._emit("Cleanup", req=req_id)
+
+    def mark_miss(self, keys: Iterable[Key]) -> None:
+        keys = list(keys) if not isinstance(keys, (bytes, bytearray, memoryview, str)) else keys
+        super().mark_miss(keys)
+        self._emit("MarkMiss", keys=[k.hex() for k in keys])
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._emit("Shutdown")
+
+
+class NdjsonTrace:
+    """A trace sink writing one JSON object per line to a text stream."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def __call__(self, event: dict[str, object]) -> None:
+        self._stream.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+
+def read_ndjson(lines: Iterable[str]) -> list[dict[str, object]]:
+    """Parse an NDJSON trace (blank lines are skipped)."""
+    return [json.loads(line) for line in lines if line.strip()]

@@ -1,0 +1,152 @@
+"""Values that cross the line between the scheduler-owned core and the worker.
+
+These are plain immutable records: the core produces :class:`ProbeGroup` s at
+flush, a worker turns each into exactly one first :class:`GroupOutcome`
+(and, after a timeout, possibly one late one), and the core applies outcomes
+when it drains.  Errors are typed by who is to blame, as in h11.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Batch",
+    "FailureKind",
+    "GroupOutcome",
+    "HasReqId",
+    "InvalidInputError",
+    "InvalidValueError",
+    "KvprobeError",
+    "ManagerClosedError",
+    "ProbeGroup",
+    "ReqContext",
+    "Stats",
+    "WrongThreadError",
+]
+
+Key = bytes
+
+
+@runtime_checkable
+class HasReqId(Protocol):
+    """What the manager needs of a request context: a ``req_id`` string."""
+
+    @property
+    def req_id(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReqContext:
+    """A ready-made request context.  Any object with ``.req_id: str`` works too."""
+
+    req_id: str
+
+
+class KvprobeError(Exception):
+    """Base class of kvprobe's own errors."""
+
+
+class InvalidInputError(KvprobeError, TypeError):
+    """The caller passed something the contract does not allow (caller's fault).
+
+    Subclasses ``TypeError`` so that ``except TypeError`` keeps working.
+    Nothing in the manager changed when this is raised.
+    """
+
+
+class InvalidValueError(KvprobeError, ValueError):
+    """An argument has the right type but a value the contract does not allow."""
+
+
+class ManagerClosedError(KvprobeError, RuntimeError):
+    """The manager was shut down; every later call except ``shutdown`` raises this."""
+
+
+class WrongThreadError(KvprobeError, RuntimeError):
+    """Checked mode: a scheduler-only method was called from another thread.
+
+    Nothing in the manager changed when this is raised.
+    """
+
+
+class FailureKind(enum.Enum):
+    """Why a request group's probe failed; every kind resolves its keys as MISS."""
+
+    RAISED = "raised"  # batch_lookup raised when called
+    RAISED_WHILE_ITERATING = "raised_while_iterating"
+    SHORT_RESULT = "short_result"
+    LONG_RESULT = "long_result"
+    BAD_VERDICT = "bad_verdict"  # an element that is not a bool
+    TIMEOUT = "timeout"  # exceeded lookup_timeout_s
+    SATURATED = "saturated"  # too many calls already stuck past their timeout
+    WORKER_DIED = "worker_died"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeGroup:
+    """The keys of one request submitted together: one ``batch_lookup`` call.
+
+    ``generations[i]`` is the probe generation of ``keys[i]``; a result is
+    applied only to a state of the same generation.
+    """
+
+    group_id: int
+    batch_id: int
+    req_id: str
+    req_context: object
+    keys: tuple[Key, ...]
+    generations: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Everything one flush submitted, partitioned by request."""
+
+    batch_id: int
+    groups: tuple[ProbeGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOutcome:
+    """What the worker learned about one group.
+
+    Exactly one of ``verdicts`` (one bool per key, in order) and ``failure`` is
+    set.  ``late`` marks the real answer of a call that had already been
+    reported as timed out; the core drops it unless a state of that
+    generation is still waiting (it never is: the timeout resolved it).
+    """
+
+    group: ProbeGroup
+    verdicts: tuple[bool, ...] | None
+    failure: FailureKind | None = None
+    detail: str = ""
+    late: bool = False
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters of what the manager did (a snapshot when read from ``m.stats``)."""
+
+    probes_created: int = 0  # new generations (ABSENT -> PENDING)
+    probes_submitted: int = 0  # PENDING -> IN_FLIGHT at flush
+    joins: int = 0  # a second request joined a PENDING probe
+    in_flight_reuses: int = 0  # a request joined an IN_FLIGHT probe
+    never_probed: int = 0  # PENDING states reclaimed before any flush
+    orphans_reclaimed: int = 0  # results (or misses) for states nobody waited on
+    stale_results_dropped: int = 0  # per key: older generation, or already resolved
+    forced_misses: int = 0  # mark_miss applied to a live state
+    hits: int = 0  # verdicts applied: True
+    misses: int = 0  # verdicts applied: False (including failures)
+    batches: int = 0
+    backend_calls: int = 0
+    backend_errors: int = 0  # raised, raised while iterating, short, long, bad verdict
+    timeouts: int = 0
+    saturated: int = 0
+    worker_deaths: int = 0
+    late_results: int = 0
+    unknown_cleanups: int = 0
+    unknown_mark_miss: int = 0
+    failures: dict[str, int] = field(default_factory=dict)  # by FailureKind value
