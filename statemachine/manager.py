@@ -22,7 +22,7 @@ from typing import Any, Literal
 from kvprobe.backends.base import Backend
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine.core import LookupCore
-from kvprobe.statemachine.trace import TraceSink, TracingCore
+from kvprobe.statemachine.trace import TraceSink, tracing
 from kvprobe.statemachine.types import (
     FailureKind,
     HasReqId,
@@ -70,6 +70,9 @@ class AsyncLookupManager:
         InvalidValueError: a timeout is negative, zero, or not finite.
     """
 
+    #: The core implementation; the test suite's mutants override this.
+    core_class: type[LookupCore] = LookupCore
+
     def __init__(
         self,
         backend: Backend,
@@ -95,7 +98,7 @@ class AsyncLookupManager:
         self.backend = backend
         self.lookup_timeout_s = lookup_timeout_s
         self._shutdown_timeout_s = shutdown_timeout_s
-        self._core = LookupCore() if trace is None else TracingCore(trace)
+        self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
         if worker == "thread":
             self.worker: Worker = ThreadedWorker(
                 name=name, lookup_timeout_s=lookup_timeout_s, max_stuck_calls=max_stuck_calls

@@ -31,13 +31,17 @@ from typing import IO
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.types import Batch, GroupOutcome, HasReqId, Key
 
-__all__ = ["NdjsonTrace", "TraceSink", "TracingCore", "read_ndjson"]
+__all__ = ["NdjsonTrace", "TraceSink", "TracingCore", "read_ndjson", "tracing"]
 
 TraceSink = Callable[[dict[str, object]], None]
 
 
 class TracingCore(LookupCore):
-    """A core that reports each action to ``sink`` after performing it."""
+    """A core that reports each action to ``sink`` after performing it.
+
+    Use :func:`tracing` to add the same reporting to a subclass of
+    :class:`LookupCore` (the mutants of the test suite are such subclasses).
+    """
 
     def __init__(self, sink: TraceSink) -> None:
         super().__init__()
@@ -99,6 +103,15 @@ class TracingCore(LookupCore):
     def shutdown(self) -> None:
         super().shutdown()
         self._emit("Shutdown")
+
+
+def tracing(core_class: type[LookupCore]) -> Callable[[TraceSink], LookupCore]:
+    """A factory of cores of ``core_class`` that also report to a trace sink."""
+    if issubclass(core_class, TracingCore):
+        return core_class
+    # TracingCore's overrides come first in the MRO and call core_class's actions.
+    traced: type[TracingCore] = type(f"Tracing{core_class.__name__}", (TracingCore, core_class), {})
+    return traced
 
 
 class NdjsonTrace:
