@@ -1,0 +1,155 @@
+"""Shared machinery of the fault matrix (imported as ``fault_harness``).
+
+Every fault test drives the manager the way a scheduler does: each step it
+looks up every (request, key) still without a verdict, then flushes; it gives
+up after a bounded number of seconds.  It then checks four things: every
+waiting request got a verdict, the manager still serves (a fresh key gets a
+true verdict), the counters recorded the fault, and ``len(m)`` returns to 0
+once every request is cleaned up.
+
+Each test reports what it saw through the ``reliability`` fixture
+(``conftest.py``); with ``KVPROBE_RELIABILITY_MD=path`` in the environment the
+session writes those rows as the Reliability table.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kvprobe.statemachine import AsyncLookupManager, ReqContext
+
+#: Liveness bound: a verdict must arrive within this many seconds of the
+#: first lookup (generous: the machine is shared; the figures measured are
+#: in the Reliability table).
+VERDICT_BOUND_S = 20.0
+STEP_SLEEP_S = 0.002
+
+
+@dataclass
+class Drive:
+    """What one scheduler-like drive saw."""
+
+    verdicts: dict[tuple[str, bytes], bool]
+    seconds: float  # from the first lookup to the last verdict
+    steps: int
+
+    def of(self, req_id: str, key: bytes) -> bool:
+        return self.verdicts[(req_id, key)]
+
+    @property
+    def values(self) -> list[bool]:
+        return list(self.verdicts.values())
+
+
+def drive(
+    m: AsyncLookupManager,
+    wants: Mapping[str, Sequence[bytes]],
+    *,
+    bound_s: float = VERDICT_BOUND_S,
+    between_steps: Callable[[int], None] | None = None,
+) -> Drive:
+    """Look up every (request, key) each step and flush, until all have a verdict.
+
+    Fails the test, naming what still waits, if that takes longer than
+    ``bound_s``.  ``between_steps(step)`` runs after each flush (to inject a
+    fault mid-run).
+    """
+    contexts = {req_id: ReqContext(req_id) for req_id in wants}
+    total = sum(len(keys) for keys in wants.values())
+    verdicts: dict[tuple[str, bytes], bool] = {}
+    start = time.monotonic()
+    steps = 0
+    while True:
+        for req_id, keys in wants.items():
+            for key in keys:
+                if (req_id, key) in verdicts:
+                    continue
+                verdict = m.lookup(key, contexts[req_id])
+                if verdict is not None:
+                    verdicts[(req_id, key)] = verdict
+        if len(verdicts) == total:
+            return Drive(verdicts, time.monotonic() - start, steps)
+        m.flush()
+        steps += 1
+        if between_steps is not None:
+            between_steps(steps)
+        if time.monotonic() - start > bound_s:
+            waiting = [(r, k.hex()) for r, keys in wants.items() for k in keys if (r, k) not in verdicts]
+            raise AssertionError(f"{len(waiting)} lookups still without a verdict after {bound_s} s: {waiting[:5]}")
+        time.sleep(STEP_SLEEP_S)
+
+
+def finish(m: AsyncLookupManager, req_ids: Sequence[str], *, bound_s: float = VERDICT_BOUND_S) -> int:
+    """Clean up the requests, then wait (bounded) for in-flight orphans to go.
+
+    Returns the number of states still held (the caller asserts it is 0):
+    an IN_FLIGHT probe nobody waits on is kept until its result arrives.
+    """
+    for req_id in req_ids:
+        m.cleanup(req_id)
+    deadline = time.monotonic() + bound_s
+    while len(m) and time.monotonic() < deadline:
+        m.drain_results()
+        time.sleep(STEP_SLEEP_S)
+    return len(m)
+
+
+def still_serves(m: AsyncLookupManager, store: Callable[[bytes], None], *, key: bytes = b"fresh-key-0001") -> Drive:
+    """A fresh key that is stored gets a true verdict; the state is reclaimed after."""
+    store(key)
+    result = drive(m, {"after-fault": [key]})
+    assert result.of("after-fault", key) is True, f"after the fault a stored key got {result.values}"
+    assert finish(m, ["after-fault"]) == 0
+    return result
+
+
+def keys(prefix: str, n: int) -> list[bytes]:
+    """``n`` distinct keys (16-byte block hash style)."""
+    return [f"{prefix}-{i:06d}".encode().ljust(16, b".") for i in range(n)]
+
+
+# --- the Reliability table ---------------------------------------------------------
+
+
+@dataclass
+class Row:
+    fault: str
+    backend: str
+    verdicts: str  # "delivered/asked"
+    seconds: float
+    leaked: int
+    counters: str
+    command: str
+
+
+@dataclass
+class Reliability:
+    """Collects one row per fault test (written out at the end of the session)."""
+
+    nodeid: str
+    rows: list[Row] = field(default_factory=list)
+
+    def record(
+        self,
+        fault: str,
+        backend: str,
+        *,
+        delivered: int,
+        asked: int,
+        seconds: float,
+        leaked: int,
+        counters: str,
+    ) -> None:
+        command = "pytest " + shlex.quote(self.nodeid)
+        self.rows.append(Row(fault, backend, f"{delivered}/{asked}", seconds, leaked, counters, command))
+
+
+def counters(m: AsyncLookupManager, *names: str) -> str:
+    """The named counters (and failures by kind) as ``name=value`` text for the table."""
+    stats = m.stats
+    parts = [f"{name}={getattr(stats, name)}" for name in names]
+    parts += [f"{kind}={count}" for kind, count in sorted(stats.failures.items())]
+    return ", ".join(parts)
