@@ -1,10 +1,53 @@
 """kvprobe.backends: secondary tiers the manager can probe.
 
-The NIXL backends import NIXL lazily, so this package works without the
-``nixl`` extra.
+``FsBackend`` and ``InMemoryBackend`` need nothing beyond the standard
+library.  The NIXL backends (``NixlPosixBackend``, ``NixlObjBackend``) are
+imported lazily on first access, so ``import kvprobe.backends`` works without
+the ``nixl`` extra; constructing one without NIXL raises ``ImportError``
+naming ``kvprobe[nixl]``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from kvprobe.backends.base import Backend, BlockStore, Key, check_key
+from kvprobe.backends.fs import FsBackend
+from kvprobe.backends.layout import relative_name
 from kvprobe.backends.memory import InMemoryBackend
 
-__all__ = ["Backend", "BlockStore", "InMemoryBackend", "Key", "check_key"]
+if TYPE_CHECKING:
+    from kvprobe.backends.nixl_obj import BucketNotFoundError, NixlObjBackend, ObjStoreUnavailableError
+    from kvprobe.backends.nixl_posix import NixlPosixBackend
+
+__all__ = [
+    "Backend",
+    "BlockStore",
+    "BucketNotFoundError",
+    "FsBackend",
+    "InMemoryBackend",
+    "Key",
+    "NixlObjBackend",
+    "NixlPosixBackend",
+    "ObjStoreUnavailableError",
+    "check_key",
+    "relative_name",
+]
+
+# These modules import no NIXL at import time (only when a backend is built),
+# but loading them lazily keeps `import kvprobe.backends` minimal.
+_LAZY = {
+    "NixlPosixBackend": "kvprobe.backends.nixl_posix",
+    "NixlObjBackend": "kvprobe.backends.nixl_obj",
+    "BucketNotFoundError": "kvprobe.backends.nixl_obj",
+    "ObjStoreUnavailableError": "kvprobe.backends.nixl_obj",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvprobe.backends' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
