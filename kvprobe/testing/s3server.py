@@ -110,7 +110,8 @@ class S3Server:
         self.stop_timeout_s = stop_timeout_s
         self.buckets: list[str] = []
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="kvprobe-moto-", suffix=".log", delete=False)  # noqa: SIM115
+        # Created here, deleted by close(); the server writes its output to it.
+        self._log = tempfile.NamedTemporaryFile(prefix="kvprobe-moto-", suffix=".log", delete=False)
         self._saved: dict[str, dict[str, bytes]] = {}
         self._frozen = False
         self._lock = threading.Lock()
@@ -131,7 +132,8 @@ class S3Server:
     @property
     def pid(self) -> int | None:
         """The server process id while it runs (frozen included), else None."""
-        return self._proc.pid if self.running else None
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     @property
     def running(self) -> bool:
