@@ -1,0 +1,130 @@
+"""Fixtures of the integration tests: real backends on real storage.
+
+* ``s3_server``: one ``moto_server`` per test session (started on a free
+  loopback port, stopped by its process at the end); see
+  :mod:`kvprobe.testing.s3server`.  Tests that stop, kill or freeze it must
+  leave it running (``start()``/``thaw()``) when they finish; the
+  ``s3_server`` fixture checks that after each test that used it.
+* ``bucket``: a fresh bucket on that server for one test.
+* ``block_store``: parametrized over ``fs``, ``nixl_posix``, ``nixl_obj``;
+  yields a backend that can write its own ground truth, and closes it.
+
+NIXL tests skip (with the reason) only when NIXL cannot be imported; S3
+tests skip only when moto or boto3 is missing.  CI installs both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvprobe.backends import FsBackend
+
+_bucket_ids = itertools.count(1)
+
+
+def nixl_missing() -> str | None:
+    """Why NIXL cannot be used here, or None if it can."""
+    from kvprobe.backends._nixl_import import load_nixl
+
+    try:
+        load_nixl()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def s3_missing() -> str | None:
+    """Why the local S3 server cannot run here, or None if it can."""
+    for module in ("moto.server", "boto3"):
+        try:
+            __import__(module)
+        except ImportError as exc:
+            return f"{module} is not installed (pip install 'kvprobe[s3]'): {exc}"
+    return None
+
+
+requires_nixl = pytest.mark.skipif(nixl_missing() is not None, reason=f"NIXL not importable: {nixl_missing()}")
+requires_s3 = pytest.mark.skipif(s3_missing() is not None, reason=f"no local S3 server: {s3_missing()}")
+
+
+@pytest.fixture(scope="session")
+def _s3_session() -> Iterator[Any]:
+    reason = s3_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    from kvprobe.testing.s3server import S3Server
+
+    server = S3Server()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def s3_server(_s3_session: Any) -> Iterator[Any]:
+    """The session's S3 server, guaranteed answering before and after the test."""
+    server = _s3_session
+    if not server.running or server.frozen:
+        server.start()
+    yield server
+    assert server.running and not server.frozen, "a test left the shared S3 server stopped or frozen"
+
+
+@pytest.fixture
+def bucket(s3_server: Any) -> str:
+    """A new, empty bucket on the session's server."""
+    name = f"kvprobe-{os.getpid()}-{next(_bucket_ids)}"
+    s3_server.create_bucket(name)
+    return name
+
+
+def make_obj_backend(server: Any, bucket: str, **kwargs: Any) -> Any:
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+
+    return NixlObjBackend(bucket=bucket, **server.credentials(), **kwargs)
+
+
+BACKENDS = [
+    pytest.param("fs", id="fs"),
+    pytest.param("nixl_posix", id="nixl_posix", marks=requires_nixl),
+    pytest.param("nixl_obj", id="nixl_obj", marks=[requires_nixl, requires_s3]),
+]
+
+
+@pytest.fixture
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[str], Any]]:
+    """A factory ``make_store(kind)`` of backends; all are closed at teardown."""
+    made: list[Any] = []
+
+    def make(kind: str) -> Any:
+        if kind == "fs":
+            backend: Any = FsBackend(tmp_path / "tier")
+        elif kind == "nixl_posix":
+            from kvprobe.backends.nixl_posix import NixlPosixBackend
+
+            backend = NixlPosixBackend(tmp_path / "tier")
+        elif kind == "nixl_obj":
+            server = request.getfixturevalue("s3_server")
+            backend = make_obj_backend(server, request.getfixturevalue("bucket"), prefix="blocks")
+        else:
+            raise ValueError(kind)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def block_store(request: pytest.FixtureRequest, make_store: Callable[[str], Any]) -> Any:
+    """Each real backend in turn (``fs``, ``nixl_posix``, ``nixl_obj``)."""
+    return make_store(request.param)
