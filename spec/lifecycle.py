@@ -36,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "ABSENT",
+    "ALL_PHASES",
     "INITIAL",
     "NEXT_PHASE",
     "RULES",

@@ -53,6 +53,31 @@ if any(r.event is Event.LOOKUP and r.source is not ABSENT and r.dest is not r.so
 if NEXT_PHASE.get((ABSENT, Event.LOOKUP, True)) is not PENDING:
     raise ImportError("lifecycle no longer sends a new lookup to PENDING; LookupCore.lookup must follow it")
 
+
+
+def _by_source(event: Event) -> tuple[dict[str, LookupPhase | None], dict[str, LookupPhase | None]]:
+    """NEXT_PHASE's rows for ``event``, re-indexed for the hot path.
+
+    Returns ``(rows when some request still waits, rows when none does)``,
+    each ``{source phase value: next phase}``, so a caller indexes it with
+    ``[not waiters][state.phase._value_]``.  Same rows, other index: enum
+    members hash through ``Enum.__hash__``, a Python-level method, so a
+    ``NEXT_PHASE[(phase, event, flag)]`` lookup makes two Python calls (about
+    0.5 us on the 2-core bench machine), while a member's value is a string
+    whose hash is cached.  Drain and cleanup run this once per key.
+    """
+    some: dict[str, LookupPhase | None] = {}
+    none: dict[str, LookupPhase | None] = {}
+    for (source, ev, has_waiters), dest in NEXT_PHASE.items():
+        if ev is event and source is not None:
+            (some if has_waiters else none)[source.value] = dest
+    return some, none
+
+
+_DRAIN_NEXT = _by_source(Event.DRAIN)
+_CLEANUP_NEXT = _by_source(Event.CLEANUP)
+_MARK_MISS_NEXT = _by_source(Event.MARK_MISS)
+
 _BACKEND_ERRORS = frozenset(
     {
         FailureKind.RAISED,
@@ -139,7 +164,14 @@ class LookupCore:
             raise _bad_lookup(key, req_context)
         generation = next(self._generations)
         self.states[key] = ProbeState(generation, req_id)
-        self._remember(key, req_context, req_id)
+        # _remember, inlined: this runs once per new key, the second most
+        # frequent lookup, and a method call is a tenth of its cost.
+        keys = self.requests.get(req_id)
+        if keys is None:
+            self.requests[req_id] = {key}
+            self.contexts[req_id] = req_context
+        else:
+            keys.add(key)
         self.step_batch.append((key, generation, req_id))
         self.stats.probes_created += 1
         return None
@@ -179,33 +211,45 @@ class LookupCore:
         if not entries:
             return None
         to_in_flight = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
-        grouped: dict[str, tuple[list[Key], list[int]]] = {}
+        pending = PENDING
+        # Each group collects the step-batch entries themselves (no new tuple
+        # per key) and unzips them once.  A request's new keys are usually
+        # consecutive entries, so the group of the previous entry is tried
+        # before the dict; `is` is only a shortcut, the dict decides.
+        grouped: dict[str, list[tuple[Key, int, str]]] = {}
         states = self.states
-        for key, generation, req_id in entries:
+        last_req: str | None = None
+        slot: list[tuple[Key, int, str]] = []
+        for entry in entries:
+            key, generation, req_id = entry
             state = states.get(key)
-            if state is None or state.generation != generation or state.phase is not PENDING:
+            if state is None or state.generation != generation or state.phase is not pending:
                 continue
             if req_id not in state.waiters:
                 req_id = min(state.waiters)  # deterministic, so traces replay
             state.phase = to_in_flight  # type: ignore[assignment]  # declared: PENDING -> IN_FLIGHT
-            slot = grouped.get(req_id)
-            if slot is None:
-                grouped[req_id] = ([key], [generation])
-            else:
-                slot[0].append(key)
-                slot[1].append(generation)
+            if req_id is not last_req:
+                last_req = req_id
+                got = grouped.get(req_id)
+                if got is None:
+                    got = grouped[req_id] = []
+                slot = got
+            slot.append(entry)
         if not grouped:
             return None
         batch_id = next(self._batch_ids)
-        groups = tuple(
-            ProbeGroup(next(self._group_ids), batch_id, req_id, self.contexts[req_id], tuple(keys), tuple(gens))
-            for req_id, (keys, gens) in grouped.items()
-        )
+        contexts = self.contexts
+        group_ids = self._group_ids
+        groups = []
+        for req_id, members in grouped.items():
+            keys, gens, _ = zip(*members, strict=True)
+            groups.append(ProbeGroup(next(group_ids), batch_id, req_id, contexts[req_id], keys, gens))
+        outstanding = self.outstanding
         for group in groups:
-            self.outstanding[group.group_id] = group
-            self.stats.probes_submitted += len(group.keys)
+            outstanding[group.group_id] = group
+        self.stats.probes_submitted += sum(len(group.keys) for group in groups)
         self.stats.batches += 1
-        return Batch(batch_id, groups)
+        return Batch(batch_id, tuple(groups))
 
     # --- Drain ---------------------------------------------------------------
 
@@ -237,6 +281,10 @@ class LookupCore:
             outcome.verdicts if outcome.verdicts is not None else itertools.repeat(False, len(group.keys))
         )
         states = self.states
+        next_phase = _DRAIN_NEXT
+        # Counted locally and added once: a stats attribute update per key
+        # costs as much as the state change itself.
+        hits = misses = 0
         # Producers guarantee one verdict per key (probe_group checks lengths).
         for key, generation, verdict in zip(group.keys, group.generations, verdicts, strict=False):
             state = states.get(key)
@@ -244,7 +292,7 @@ class LookupCore:
                 stats.stale_results_dropped += 1
                 continue
             source = state.phase
-            dest = NEXT_PHASE.get((source, Event.DRAIN, bool(state.waiters)), source)
+            dest = next_phase[not state.waiters].get(source._value_, source)
             if dest is ABSENT:
                 del states[key]
                 stats.orphans_reclaimed += 1
@@ -254,15 +302,16 @@ class LookupCore:
                 state.phase = dest
                 state.verdict = verdict
                 if verdict:
-                    stats.hits += 1
+                    hits += 1
                 else:
-                    stats.misses += 1
+                    misses += 1
+        stats.hits += hits
+        stats.misses += misses
 
     def _count_call(self, failure: FailureKind | None) -> None:
         stats = self.stats
-        if failure is FailureKind.WORKER_DIED:
-            return
-        stats.backend_calls += failure is not FailureKind.SATURATED
+        # A dead worker or a saturated one made no backend call for the group.
+        stats.backend_calls += failure is not FailureKind.SATURATED and failure is not FailureKind.WORKER_DIED
         if failure is None:
             return
         stats.failures[failure.value] = stats.failures.get(failure.value, 0) + 1
@@ -283,9 +332,8 @@ class LookupCore:
         groups = list(self.outstanding.values())
         for group in groups:
             self.apply(GroupOutcome(group, None, failure, detail))
-        if failure is FailureKind.WORKER_DIED and groups:
+        if failure is FailureKind.WORKER_DIED:
             self.stats.worker_deaths += 1
-            self.stats.failures[failure.value] = self.stats.failures.get(failure.value, 0) + len(groups)
         return len(groups)
 
     # --- Cleanup -------------------------------------------------------------
@@ -306,18 +354,21 @@ class LookupCore:
             return
         del self.contexts[req_id]
         states = self.states
+        next_phase = _CLEANUP_NEXT
+        never_probed = 0
         for key in keys:
             state = states[key]
             waiters = state.waiters
             waiters.discard(req_id)
             source = state.phase
-            dest = NEXT_PHASE[(source, Event.CLEANUP, bool(waiters))]
+            dest = next_phase[not waiters][source._value_]
             if dest is ABSENT:
                 del states[key]
                 if source is PENDING:
-                    self.stats.never_probed += 1
+                    never_probed += 1
             else:
                 state.phase = dest
+        self.stats.never_probed += never_probed
 
     # --- MarkMiss ------------------------------------------------------------
 
@@ -350,7 +401,7 @@ class LookupCore:
             if state is None:
                 self.stats.unknown_mark_miss += 1
                 continue
-            dest = NEXT_PHASE[(state.phase, Event.MARK_MISS, bool(state.waiters))]
+            dest = _MARK_MISS_NEXT[not state.waiters][state.phase._value_]
             self.stats.forced_misses += 1
             if dest is ABSENT:
                 del states[key]
