@@ -77,7 +77,7 @@ def test_validate_rejects_a_case_declared_twice() -> None:
 
 def test_validate_rejects_an_unreachable_phase() -> None:
     without_flush = tuple(r for r in RULES if r.dest is not F)
-    with pytest.raises(LifecycleError, match="not reachable.*IN_FLIGHT"):
+    with pytest.raises(LifecycleError, match=r"not reachable.*IN_FLIGHT"):
         validate(without_flush)
 
 

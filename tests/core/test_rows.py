@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from core_harness import Manual
 
 from kvprobe.statemachine import FailureKind, LookupPhase, ManagerClosedError, ReqContext
-
-from core_harness import Manual
 
 P, F, R = LookupPhase.PENDING, LookupPhase.IN_FLIGHT, LookupPhase.RESOLVED
 A, B = ReqContext("a"), ReqContext("b")
