@@ -1,0 +1,38 @@
+# Two entry points for a new user on a fresh machine (Python 3.10+, Java 17):
+#   make check   set up a venv with the core package and run TLC on the default model
+#   make test    set up the full dev venv (torch CPU, NIXL, moto, dev tools) and run every test
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+
+.PHONY: check test lint bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.core-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -q -e .
+	touch $@
+
+# torch first: nixl-cu12 requires torch, and without a CPU torch already
+# present pip would fetch a multi-GB CUDA build.
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[nixl,s3,dev]'
+	touch $@ $(VENV)/.core-installed
+
+check: $(VENV)/.core-installed
+	$(BIN)/kvprobe check
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest
+
+bench: $(VENV)/.dev-installed
+	$(BIN)/python bench/run_all.py
