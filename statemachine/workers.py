@@ -94,13 +94,14 @@ _STOP = object()
 class _Call:
     """One backend call handed to a caller thread."""
 
-    __slots__ = ("done", "group", "outcome", "timed_out")
+    __slots__ = ("caller_gone", "done", "group", "outcome", "timed_out")
 
     def __init__(self, group: ProbeGroup) -> None:
         self.group = group
         self.done = threading.Event()
         self.outcome: GroupOutcome | None = None
         self.timed_out = False
+        self.caller_gone = False  # the caller thread ended with this call
 
 
 class ThreadedWorker:
@@ -156,8 +157,10 @@ class ThreadedWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout_s: float) -> None:
-        self._stopping = True
-        self._publish = _discard
+        # Under the lock: once stop() returns, nothing reaches the old publish.
+        with self._lock:
+            self._stopping = True
+            self._publish = _discard
         self._queue.put(_STOP)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
@@ -174,7 +177,15 @@ class ThreadedWorker:
             for group in batch.groups:
                 if self._stopping:
                     return
-                self._publish(self._run(group))
+                outcome = self._run(group)
+                # Publish under the lock and only if not stopped: a call that
+                # outlived shutdown must not put its outcome into the closed
+                # manager's inbox (``self._publish(self._run(g))`` would have
+                # read the old publish before the call started).
+                with self._lock:
+                    if self._stopping:
+                        return
+                    self._publish(outcome)
 
     def _run(self, group: ProbeGroup) -> GroupOutcome:
         assert self._backend is not None
@@ -198,7 +209,8 @@ class ThreadedWorker:
                     return GroupOutcome(group, None, FailureKind.TIMEOUT, f"no answer within {timeout} s")
         assert call.outcome is not None
         with self._lock:
-            self._idle.append(caller)
+            if not call.caller_gone:
+                self._idle.append(caller)
         return call.outcome
 
     def _new_caller(self) -> queue.SimpleQueue[object]:
@@ -215,17 +227,31 @@ class ThreadedWorker:
                 if not isinstance(call, _Call):
                     return
                 assert self._backend is not None
-                outcome = probe_group(self._backend, call.group)
+                ending: BaseException | None = None
+                try:
+                    outcome = probe_group(self._backend, call.group)
+                except BaseException as exc:
+                    # SystemExit and the like end this thread, as they would
+                    # any thread; but the call still gets an answer and its
+                    # slot is released, or a dead caller would count as stuck
+                    # for ever and enough of them would saturate the worker.
+                    ending = exc
+                    outcome = GroupOutcome(
+                        call.group, None, FailureKind.RAISED, "caller thread ended: " + _describe(exc)
+                    )
                 with self._lock:
                     call.outcome = outcome
+                    call.caller_gone = ending is not None
                     if call.timed_out:
                         # The worker has moved on; this caller is free again.
                         self._stuck -= 1
                         self._publish(replace(outcome, late=True))
-                        if self._stopping:
+                        if self._stopping or ending is not None:
                             return
                         self._idle.append(calls)
                 call.done.set()
+                if ending is not None:
+                    raise ending
         finally:
             with self._lock:
                 self._callers -= 1

@@ -1,0 +1,221 @@
+"""Faults of the worker and of the manager's life cycle.
+
+The worker thread dying, caller threads dying, shutdown while batches are in
+flight, shutdown twice, cleanup of an unknown request, mark_miss of unknown
+keys.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+from fault_harness import Reliability, counters, drive, finish, keys, still_serves
+
+from kvprobe.backends import InMemoryBackend
+from kvprobe.statemachine import AsyncLookupManager, ManagerClosedError, ReqContext, ThreadedWorker
+
+
+class Killer:
+    """Raises ``SystemExit`` (which ends the thread it runs on) for the first ``kills`` calls.
+
+    ``SystemExit`` is a ``BaseException``: ``probe_group`` deliberately does not
+    swallow it, so it ends whichever thread runs the call.
+    """
+
+    def __init__(self, inner: InMemoryBackend, kills: int, *, spare_first: int = 0) -> None:
+        self.inner = inner
+        self.kills = kills
+        self.spare_first = spare_first
+        self.calls = 0
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+        self.calls += 1
+        if self.calls > self.spare_first and self.kills > 0:
+            self.kills -= 1
+            raise SystemExit("backend called sys.exit() (injected)")
+        return self.inner.batch_lookup(keys, req_context)
+
+
+def test_worker_thread_dies_is_noticed_and_restarted(reliability: Reliability) -> None:
+    stored = keys("stored", 3)
+    inner = InMemoryBackend(stored)
+    # Three requests flushed together are one batch of three groups: the
+    # first is answered, the second kills the worker thread, the third is lost
+    # with the thread's queue.
+    backend = Killer(inner, kills=1, spare_first=1)
+    wants = {"r1": stored[:1], "r2": stored[1:2], "r3": stored[2:]}
+    with AsyncLookupManager(backend) as m:
+        worker = m.worker
+        assert isinstance(worker, ThreadedWorker)
+        result = drive(m, wants)
+        assert result.of("r1", stored[0]) is True
+        assert result.of("r2", stored[1]) is False
+        assert result.of("r3", stored[2]) is False
+        stats = m.stats
+        assert stats.worker_deaths == 1
+        assert stats.failures == {"worker_died": 2}
+        assert worker.is_alive(), "the manager did not restart the worker"
+        leaked = finish(m, list(wants))
+        assert leaked == 0
+        still_serves(m, inner.store)
+        reliability.record(
+            "worker thread dies (backend raises SystemExit, no timeout)",
+            "scripted (in-memory)",
+            delivered=len(result.verdicts),
+            asked=3,
+            seconds=result.seconds,
+            leaked=leaked,
+            counters=counters(m, "worker_deaths"),
+        )
+
+
+def test_worker_dies_repeatedly() -> None:
+    stored = keys("stored", 1)
+    inner = InMemoryBackend(stored)
+    backend = Killer(inner, kills=5)
+    with AsyncLookupManager(backend) as m:
+        for round_ in range(5):
+            result = drive(m, {f"r{round_}": stored})
+            assert result.values == [False]
+            assert finish(m, [f"r{round_}"]) == 0
+        assert m.stats.worker_deaths == 5
+        still_serves(m, inner.store)
+
+
+def test_caller_thread_dies_under_a_timeout(reliability: Reliability) -> None:
+    # With a timeout the call runs on a caller thread.  If a BaseException
+    # ends that thread, its slot must not count as "stuck" for ever: more
+    # deaths than max_stuck_calls would otherwise saturate the worker and the
+    # tier would answer MISS for ever without anybody noticing.
+    stored = keys("stored", 1)
+    inner = InMemoryBackend(stored)
+    max_stuck = 2
+    backend = Killer(inner, kills=max_stuck + 3)
+    with AsyncLookupManager(backend, lookup_timeout_s=2.0, max_stuck_calls=max_stuck) as m:
+        worker = m.worker
+        assert isinstance(worker, ThreadedWorker)
+        worst = 0.0
+        for round_ in range(max_stuck + 3):
+            result = drive(m, {f"r{round_}": stored})
+            worst = max(worst, result.seconds)
+            assert result.values == [False]
+            assert finish(m, [f"r{round_}"]) == 0
+        assert worker.stuck_calls == 0
+        assert m.stats.saturated == 0, m.stats.failures
+        assert m.stats.backend_errors == max_stuck + 3
+        still_serves(m, inner.store)
+        assert worker.caller_threads <= max_stuck + 1
+        reliability.record(
+            f"caller thread dies {max_stuck + 3} times (SystemExit, timeout set)",
+            "scripted (in-memory)",
+            delivered=max_stuck + 3,
+            asked=max_stuck + 3,
+            seconds=worst,
+            leaked=len(m),
+            counters=counters(m, "backend_errors", "saturated"),
+        )
+
+
+class Blocking:
+    def __init__(self, inner: InMemoryBackend) -> None:
+        self.inner = inner
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+        self.entered.set()
+        self.release.wait()
+        return self.inner.batch_lookup(keys, req_context)
+
+
+@pytest.mark.parametrize("timeout", [None, 0.5], ids=["no-timeout", "timeout"])
+def test_shutdown_while_batches_in_flight(timeout: float | None, reliability: Reliability) -> None:
+    stored = keys("stored", 4)
+    inner = InMemoryBackend(stored)
+    backend = Blocking(inner)
+    m = AsyncLookupManager(backend, lookup_timeout_s=timeout, shutdown_timeout_s=0.5)
+    worker = m.worker
+    assert isinstance(worker, ThreadedWorker)
+    for step in range(3):
+        for i, key in enumerate(stored):
+            assert m.lookup(key + bytes([step]), ReqContext(f"r{step}-{i}")) is None
+        m.flush()
+    assert backend.entered.wait(10)
+    assert len(m) == 12
+    started = time.monotonic()
+    m.shutdown()
+    took = time.monotonic() - started
+    # Bounded by shutdown_timeout_s (the worker thread is abandoned, not waited for).
+    assert took < 5.0, f"shutdown took {took:.2f} s"
+    assert len(m) == 0 and m.closed
+    for call in (
+        lambda: m.lookup(stored[0], ReqContext("late")),
+        m.flush,
+        m.drain_results,
+        lambda: m.cleanup("r0-0"),
+        lambda: m.mark_miss(stored[:1]),
+        lambda: m.phase(stored[0]),
+    ):
+        with pytest.raises(ManagerClosedError, match="shut down"):
+            call()
+    assert issubclass(ManagerClosedError, RuntimeError)
+    # The abandoned call returns: nothing is published into the closed manager
+    # and the worker's threads end.
+    backend.release.set()
+    deadline = time.monotonic() + 10
+    while (worker.is_alive() or worker.caller_threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not worker.is_alive() and worker.caller_threads == 0
+    assert len(m) == 0 and len(m.core.inbox) == 0
+    if timeout is None:
+        reliability.record(
+            "shutdown() with 3 batches in flight on a hung backend",
+            "scripted (in-memory)",
+            delivered=0,
+            asked=0,
+            seconds=took,
+            leaked=len(m),
+            counters="later calls raise ManagerClosedError; time is shutdown's",
+        )
+
+
+def test_shutdown_twice_and_context_exit_after_shutdown() -> None:
+    with AsyncLookupManager(InMemoryBackend()) as m:
+        m.lookup(b"k" * 16, ReqContext("r"))
+        m.shutdown()
+        m.shutdown()
+        assert len(m) == 0
+    m.shutdown()
+    assert m.closed
+
+
+def test_cleanup_of_unknown_request_changes_nothing() -> None:
+    stored = keys("stored", 2)
+    with AsyncLookupManager(InMemoryBackend(stored)) as m:
+        before = drive(m, {"r1": stored})
+        m.cleanup("nobody")
+        m.cleanup("nobody")
+        m.cleanup("")
+        assert m.stats.unknown_cleanups == 3
+        assert len(m) == 2
+        assert drive(m, {"r1": stored}).values == before.values == [True, True]
+        assert finish(m, ["r1"]) == 0
+        m.cleanup("r1")  # a second cleanup of a finished request is unknown too
+        assert m.stats.unknown_cleanups == 4
+
+
+def test_mark_miss_of_unknown_keys_changes_nothing() -> None:
+    stored = keys("stored", 2)
+    with AsyncLookupManager(InMemoryBackend(stored)) as m:
+        m.mark_miss(stored)  # nobody asked yet: no state to force
+        m.mark_miss([])
+        m.mark_miss(iter([b"\x00" * 16]))
+        assert m.stats.unknown_mark_miss == 3
+        assert m.stats.forced_misses == 0
+        assert len(m) == 0
+        # The next lookups probe afresh: the unknown mark_miss did not stick.
+        assert drive(m, {"r1": stored}).values == [True, True]
+        assert finish(m, ["r1"]) == 0
