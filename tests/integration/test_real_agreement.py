@@ -32,7 +32,7 @@ def test_nixl_posix_and_fs_agree_on_one_tree(tmp_path: Path) -> None:
         keys = [*block_keys(rng, 120, groups=3), b"", b"\x00", b"../..", rng.randbytes(200)]
         # Writers of either backend; a directory where a block would be; an
         # empty file; a key whose group sibling exists but it does not.
-        for i, key in enumerate(keys):
+        for key in keys:
             choice = rng.random()
             if choice < 0.3:
                 fs.store(key, rng.randbytes(rng.randrange(0, 2048)))
@@ -40,7 +40,6 @@ def test_nixl_posix_and_fs_agree_on_one_tree(tmp_path: Path) -> None:
                 nixl.store(key, b"")
             elif choice < 0.65:
                 os.makedirs(fs.locate(key))
-            del i
         for backend in (fs, nixl):
             assert backend.locate(keys[0]) == fs.locate(keys[0])
         fs_view = fs.batch_lookup(keys, None)
