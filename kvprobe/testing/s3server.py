@@ -53,11 +53,20 @@ import urllib.error
 import urllib.request
 import weakref
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
-__all__ = ["S3Server", "S3ServerError", "free_port"]
+__all__ = ["S3Credentials", "S3Server", "S3ServerError", "free_port"]
 
 _LIVE: weakref.WeakSet[S3Server] = weakref.WeakSet()
+
+
+class S3Credentials(TypedDict):
+    """Keyword arguments of ``NixlObjBackend`` that locate and open the server."""
+
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    region: str
 
 
 class S3ServerError(RuntimeError):
@@ -150,7 +159,7 @@ class S3Server:
         """The file the server's stdout and stderr go to."""
         return self._log.name
 
-    def credentials(self) -> dict[str, str]:
+    def credentials(self) -> S3Credentials:
         """Keyword arguments for ``NixlObjBackend``/boto3: endpoint, keys, region."""
         return {
             "endpoint_url": self.endpoint_url,
