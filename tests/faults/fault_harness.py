@@ -14,6 +14,7 @@ session writes those rows as the Reliability table.
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -107,8 +108,12 @@ def still_serves(m: AsyncLookupManager, store: Callable[[bytes], None], *, key: 
 
 
 def keys(prefix: str, n: int) -> list[bytes]:
-    """``n`` distinct keys (16-byte block hash style)."""
-    return [f"{prefix}-{i:06d}".encode().ljust(16, b".") for i in range(n)]
+    """``n`` distinct, deterministic 16-byte keys that look like block hashes.
+
+    Hash-like, so that keys spread over the file layout's shard directories
+    as real ones do (a shared text prefix would put them all in one shard).
+    """
+    return [hashlib.sha256(f"{prefix}-{i}".encode()).digest()[:16] for i in range(n)]
 
 
 # --- the Reliability table ---------------------------------------------------------
