@@ -1,0 +1,286 @@
+"""Object-store faults: NixlObjBackend against a real local S3 server (moto).
+
+The server (:class:`kvprobe.testing.s3server.S3Server`) is a child process on
+a loopback port that can stop and come back on the same port with its
+objects, and freeze (SIGSTOP) and thaw.  Wrong credentials use moto's own
+authentication switch: ``POST /moto-api/reset-auth`` with ``0`` makes every
+later request need credentials moto knows (ours are not registered), ``inf``
+turns checking off again.
+
+Every test leaves the server answering, unfrozen and with authentication off.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fault_harness import Reliability, counters, drive, finish, keys, still_serves
+
+from kvprobe.statemachine import AsyncLookupManager, ThreadedWorker
+
+
+def _missing() -> str | None:
+    for module in ("moto.server", "boto3"):
+        try:
+            __import__(module)
+        except ImportError as exc:
+            return f"{module} is not installed (pip install 'kvprobe[s3]'): {exc}"
+    try:
+        from kvprobe.backends._nixl_import import load_nixl
+
+        load_nixl()
+    except ImportError as exc:
+        return f"NIXL not importable: {exc}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+
+
+@pytest.fixture(scope="module")
+def _server() -> Iterator[Any]:
+    from kvprobe.testing.s3server import S3Server
+
+    server = S3Server()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _set_auth(server: Any, count: str) -> None:
+    # moto reads the body as a float: "0" checks every request, "inf" none.
+    request = urllib.request.Request(
+        server.endpoint_url + "/moto-api/reset-auth",
+        data=count.encode(),
+        method="POST",
+        headers={"Content-Type": "text/plain"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+
+
+@pytest.fixture
+def s3(_server: Any) -> Iterator[Any]:
+    yield _server
+    # Leave it usable for the next test, whatever this one did.
+    if not _server.running:
+        _server.start()
+    elif _server.frozen:
+        _server.thaw()
+    _set_auth(_server, "inf")
+
+
+_bucket_ids = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def bucket(s3: Any) -> str:
+    name = f"faults-{next(_bucket_ids)}"
+    s3.create_bucket(name)
+    return name
+
+
+def _backend(s3: Any, bucket: str, **overrides: Any) -> Any:
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+
+    return NixlObjBackend(bucket=bucket, **{**s3.credentials(), **overrides})
+
+
+def test_server_stopped_mid_run_then_started_again(s3: Any, bucket: str, reliability: Reliability) -> None:
+    backend = _backend(s3, bucket)
+    stored = keys("stored", 8)
+    for key in stored:
+        backend.store(key)
+    try:
+        with AsyncLookupManager(backend, lookup_timeout_s=5.0) as m:
+            assert drive(m, {"before": stored}).values == [True] * 8
+            assert finish(m, ["before"]) == 0
+
+            # The server stops right after the first flush of this run: that
+            # batch races the outage; whatever it saw, every request gets a verdict.
+            def outage(step: int) -> None:
+                if step == 1:
+                    s3.stop(keep_data=True)
+
+            mid = drive(m, {"mid-1": stored[:4], "mid-2": stored[4:]}, between_steps=outage)
+            assert len(mid.verdicts) == 8
+            assert not s3.running
+            assert finish(m, ["mid-1", "mid-2"]) == 0
+            during = drive(m, {"during-1": stored[:4], "during-2": stored[4:]})
+            assert during.values == [False] * 8, "a verdict during the outage was not a MISS"
+            stats = m.stats
+            assert stats.backend_errors >= 2 and stats.failures.get("raised", 0) >= 2, stats.failures
+            assert finish(m, ["during-1", "during-2"]) == 0
+
+            s3.start()  # same port, objects restored; the manager is not recreated
+            after = drive(m, {"after": stored})
+            assert after.values == [True] * 8, "no true verdicts after the server came back"
+            leaked = finish(m, ["after"])
+            assert leaked == 0
+            still_serves(m, backend.store)
+            reliability.record(
+                "S3 server stopped mid-run (verdicts during the outage)",
+                "NixlObjBackend + moto",
+                delivered=len(mid.verdicts) + len(during.verdicts),
+                asked=16,
+                seconds=max(mid.seconds, during.seconds),
+                leaked=leaked,
+                counters=counters(m, "backend_errors"),
+            )
+            reliability.record(
+                "S3 server started again (same manager): true verdicts",
+                "NixlObjBackend + moto",
+                delivered=sum(after.values),
+                asked=8,
+                seconds=after.seconds,
+                leaked=leaked,
+                counters=f"hits={m.stats.hits}",
+            )
+    finally:
+        backend.close()
+
+
+def test_server_frozen_beyond_lookup_timeout(s3: Any, bucket: str, reliability: Reliability) -> None:
+    backend = _backend(s3, bucket)
+    stored = keys("stored", 2)
+    for key in stored:
+        backend.store(key)
+    max_stuck = 2
+    try:
+        with AsyncLookupManager(backend, lookup_timeout_s=0.5, max_stuck_calls=max_stuck) as m:
+            worker = m.worker
+            assert isinstance(worker, ThreadedWorker)
+            assert drive(m, {"warm": stored}).values == [True, True]
+            assert finish(m, ["warm"]) == 0
+
+            s3.freeze()
+            wants = {f"r{i}": keys(f"frozen-{i}", 2) for i in range(6)}
+            peak_callers = 0
+
+            def watch(step: int) -> None:
+                nonlocal peak_callers
+                peak_callers = max(peak_callers, worker.caller_threads)
+
+            frozen = drive(m, wants, between_steps=watch)
+            assert frozen.values == [False] * 12
+            stats = m.stats
+            assert stats.timeouts >= 1, stats.failures
+            assert stats.hits == 2  # only the warm-up's
+            assert peak_callers <= max_stuck + 1
+            assert finish(m, list(wants)) == 0
+
+            s3.thaw()
+            # The stuck calls finish (late, dropped); then true verdicts again.
+            deadline = time.monotonic() + 30
+            while worker.stuck_calls and time.monotonic() < deadline:
+                m.drain_results()
+                time.sleep(0.01)
+            assert worker.stuck_calls == 0
+            m.drain_results()
+            assert m.stats.late_results >= 1
+            after = drive(m, {"after": stored})
+            assert after.values == [True, True]
+            leaked = finish(m, ["after"])
+            assert leaked == 0
+            reliability.record(
+                "S3 server frozen (SIGSTOP) beyond lookup_timeout_s=0.5 s, then thawed",
+                "NixlObjBackend + moto",
+                delivered=len(frozen.verdicts),
+                asked=12,
+                seconds=frozen.seconds,
+                leaked=leaked,
+                counters=counters(m, "timeouts", "saturated", "late_results") + f"; peak caller threads {peak_callers}",
+            )
+    finally:
+        if s3.frozen:
+            s3.thaw()
+        backend.close()
+
+
+def test_bucket_deleted(s3: Any, bucket: str, reliability: Reliability) -> None:
+    from kvprobe.backends.nixl_obj import BucketNotFoundError
+
+    backend = _backend(s3, bucket)
+    stored = keys("stored", 4)
+    for key in stored:
+        backend.store(key)
+    try:
+        with AsyncLookupManager(backend, lookup_timeout_s=5.0) as m:
+            assert drive(m, {"before": stored}).values == [True] * 4
+            assert finish(m, ["before"]) == 0
+            client = s3.client()
+            for key in stored:
+                client.delete_object(Bucket=bucket, Key=backend.locate(key))
+            client.delete_bucket(Bucket=bucket)
+
+            result = drive(m, {"r1": stored, "r2": stored[2:]})
+            assert result.values == [False] * 6
+            # Through query_memory a missing bucket looks like "every key
+            # missing": the verdicts are MISS but no backend error is counted.
+            # The backend detects it on demand:
+            with pytest.raises(BucketNotFoundError, match="does not exist"):
+                backend.check_connection()
+            leaked = finish(m, ["r1", "r2"])
+            assert leaked == 0
+
+            client.create_bucket(Bucket=bucket)
+            still_serves(m, backend.store)
+            reliability.record(
+                "bucket deleted mid-run, re-created later",
+                "NixlObjBackend + moto",
+                delivered=len(result.verdicts),
+                asked=6,
+                seconds=result.seconds,
+                leaked=leaked,
+                counters=counters(m, "backend_errors", "misses")
+                + " (invisible to query_memory; check_connection() raises BucketNotFoundError)",
+            )
+    finally:
+        backend.close()
+
+
+def test_wrong_credentials(s3: Any, bucket: str, reliability: Reliability) -> None:
+    from kvprobe.backends.nixl_obj import ObjStoreUnavailableError
+
+    backend = _backend(s3, bucket)  # built while the server checks nothing
+    stored = keys("stored", 4)
+    for key in stored:
+        backend.store(key)
+    try:
+        with AsyncLookupManager(backend, lookup_timeout_s=5.0) as m:
+            assert drive(m, {"before": stored}).values == [True] * 4
+            assert finish(m, ["before"]) == 0
+
+            _set_auth(s3, "0")  # from now on our credentials are rejected (403)
+            # A new backend with them fails at once, with a typed error.
+            started = time.monotonic()
+            with pytest.raises(ObjStoreUnavailableError, match=r"403|Forbidden|InvalidAccessKeyId"):
+                _backend(s3, bucket, access_key="AKIAWRONGWRONGWRONG1")
+            assert time.monotonic() - started < 10
+            # The running manager: every lookup resolves as MISS, counted.
+            result = drive(m, {"r1": stored[:2], "r2": stored[2:]})
+            assert result.values == [False] * 4
+            stats = m.stats
+            assert stats.backend_errors >= 1 and stats.failures.get("raised", 0) == stats.backend_errors
+            leaked = finish(m, ["r1", "r2"])
+            assert leaked == 0
+
+            _set_auth(s3, "inf")  # credentials accepted again
+            still_serves(m, backend.store)
+            reliability.record(
+                "wrong credentials (server starts rejecting them: 403)",
+                "NixlObjBackend + moto",
+                delivered=len(result.verdicts),
+                asked=4,
+                seconds=result.seconds,
+                leaked=leaked,
+                counters=counters(m, "backend_errors") + "; a new backend raises ObjStoreUnavailableError",
+            )
+    finally:
+        backend.close()
