@@ -1,0 +1,715 @@
+"""The shipped stateful conformance machine (a Hypothesis ``RuleBasedStateMachine``).
+
+:func:`lookup_machine` builds a machine whose rules are the model actions of
+``docs/properties.md`` (Lookup, Flush, Drain, Cleanup, MarkMiss, Shutdown;
+the worker's TakeBatch, CompleteGroup, FailGroup in four ways, TimeOut and a
+late answer) plus ground-truth changes (store/remove a block).  Each rule
+performs the action on a real :class:`~kvprobe.statemachine.AsyncLookupManager`
+and on the reference model (:mod:`kvprobe.spec.model`) and compares what the
+caller can see: return values, ``phase`` and ``len``, the backend calls made,
+the counters, and the manager's tables abstracted into a model state.  The
+``@invariant`` s carry the names of ``docs/properties.md`` and evaluate the
+model's predicates both on the model and on the abstraction of the real
+manager (history variables are recorded from the manager's trace).  Every
+trace event is also fed to :class:`kvprobe.spec.replay.TraceChecker` as it is
+emitted, so each run's whole trace is validated against the model.
+
+Worker modes:
+
+* ``"manual"`` (default): the machine pumps a
+  :class:`~kvprobe.statemachine.ManualWorker`, so Hypothesis chooses every
+  interleaving and shrinks it.  Failures are injected by a scriptable wrapper
+  of the backend, so the real ``probe_group`` path turns them into outcomes.
+* ``"thread"``: the real :class:`~kvprobe.statemachine.ThreadedWorker`; each
+  flush waits for the worker to publish every group of the batch.
+
+Ground truth: a factory returns a :class:`Target` (a backend plus ``store``
+and ``remove``), a ``BlockStore``, or a ``(backend, store, remove)`` tuple;
+the machine keeps the set of stored keys and expects the backend to agree.
+:func:`memory_factory` is the in-memory example; ``kvprobe conform`` runs
+:func:`run_conformance` on any factory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from kvprobe.backends.base import Backend
+from kvprobe.backends.memory import InMemoryBackend
+from kvprobe.spec import model
+from kvprobe.spec.lifecycle import LookupPhase
+from kvprobe.spec.replay import TraceChecker
+from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.manager import AsyncLookupManager
+from kvprobe.statemachine.types import FailureKind, GroupOutcome, ManagerClosedError, ProbeGroup, ReqContext
+from kvprobe.statemachine.workers import ManualWorker
+
+__all__ = [
+    "FAILURES",
+    "KEYS",
+    "REQS",
+    "ConformanceResult",
+    "GhostRecorder",
+    "ScriptedBackend",
+    "ScriptedFault",
+    "Target",
+    "abstract_state",
+    "as_target",
+    "lookup_machine",
+    "memory_factory",
+    "run_conformance",
+]
+
+#: The key pool: few keys, so collisions, shared probes and reuse are common.
+#: Eight bytes plus a four-byte group index, shaped like vLLM offload keys.
+KEYS: tuple[bytes, ...] = tuple(bytes([0xC0 + i]) * 8 + i.to_bytes(4, "big") for i in range(4))
+#: The request-id pool.
+REQS: tuple[str, ...] = ("req-a", "req-b", "req-c")
+
+#: How a scripted backend call fails, and the FailureKind probe_group reports for it.
+FAILURES: dict[str, FailureKind] = {
+    "raise": FailureKind.RAISED,
+    "raise_iter": FailureKind.RAISED_WHILE_ITERATING,
+    "short": FailureKind.SHORT_RESULT,
+    "long": FailureKind.LONG_RESULT,
+}
+
+
+class ScriptedFault(RuntimeError):
+    """The failure a :class:`ScriptedBackend` injects on purpose."""
+
+
+def _raise_after(verdicts: list[bool]) -> Iterator[bool]:
+    yield from verdicts
+    raise ScriptedFault("scripted failure while the result is iterated")
+
+
+class ScriptedBackend:
+    """Wraps a backend; the next call can be made to fail in a chosen way.
+
+    ``mode`` applies to the next ``batch_lookup`` only: ``"ok"``, ``"raise"``
+    (raise at call time), ``"raise_iter"`` (raise while the result is
+    iterated), ``"short"`` (one result too few), ``"long"`` (one too many).
+    Every call is recorded in ``calls`` as ``(keys, req_id)`` before anything
+    else happens.  Errors of the wrapped backend propagate unchanged.
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.mode = "ok"
+        self.calls: list[tuple[tuple[bytes, ...], str | None]] = []
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> Any:
+        keys = list(keys)
+        self.calls.append((tuple(keys), getattr(req_context, "req_id", None)))
+        mode, self.mode = self.mode, "ok"
+        if mode == "raise":
+            raise ScriptedFault("scripted failure at call time")
+        verdicts = list(self.inner.batch_lookup(keys, req_context))
+        if mode == "raise_iter":
+            return _raise_after(verdicts[: len(verdicts) // 2])
+        if mode == "short":
+            return verdicts[:-1]
+        if mode == "long":
+            return [*verdicts, False]
+        return verdicts
+
+
+@dataclass
+class Target:
+    """A backend under test plus the means to set its ground truth.
+
+    ``store(key)`` must make the block present, ``remove(key)`` absent (no
+    error if it was not there); ``close`` (optional) releases resources at
+    the end of each run.
+    """
+
+    backend: Backend
+    store: Callable[[bytes], None]
+    remove: Callable[[bytes], None]
+    close: Callable[[], None] | None = None
+
+
+def as_target(made: object) -> Target:
+    """Accept what a factory returns: a Target, a BlockStore, or ``(backend, store, remove)``.
+
+    Raises:
+        TypeError: ``made`` is none of these.
+    """
+    if isinstance(made, Target):
+        return made
+    if isinstance(made, tuple) and len(made) == 3 and all(callable(x) for x in made[1:]):
+        return Target(made[0], made[1], made[2])
+    if all(callable(getattr(made, name, None)) for name in ("batch_lookup", "store", "remove")):
+        close = getattr(made, "close", None)
+        return Target(made, made.store, made.remove, close if callable(close) else None)  # type: ignore[attr-defined,arg-type]
+    raise TypeError(
+        "a conformance factory must return a Target, a BlockStore (batch_lookup/store/remove) "
+        f"or a (backend, store, remove) tuple; got {type(made).__name__}"
+    )
+
+
+def memory_factory() -> Target:
+    """A fresh, empty in-memory tier (the example factory for ``kvprobe conform``)."""
+    backend = InMemoryBackend()
+    return Target(backend, backend.store, backend.remove)
+
+
+# --- abstraction of the real manager --------------------------------------------------------
+
+
+class GhostRecorder:
+    """Trace sink that derives the model's history variables from the real core.
+
+    It is called synchronously inside each core action, so it can look at the
+    core's table right after the action; comparing with the table after the
+    previous event shows what the action changed.  Every event is also
+    round-tripped through JSON and fed to a :class:`TraceChecker`.
+    """
+
+    def __init__(self) -> None:
+        self.core: LookupCore | None = None
+        self.events: list[dict[str, object]] = []
+        self.checker = TraceChecker()
+        self.submitted: dict[tuple[bytes, int], int] = {}
+        self.submitted_not_pending: set[tuple[bytes, int]] = set()
+        self.applied: dict[tuple[bytes, int], int] = {}
+        self.stale_applied = 0
+        self.forced: set[tuple[bytes, int]] = set()
+        self.settled: set[tuple[bytes, int]] = set()
+        self._before: dict[bytes, tuple[LookupPhase, int, bool | None]] = {}
+
+    def bind(self, core: LookupCore) -> None:
+        self.core = core
+        self._before = self._snapshot()
+
+    def _snapshot(self) -> dict[bytes, tuple[LookupPhase, int, bool | None]]:
+        assert self.core is not None
+        return {k: (s.phase, s.generation, s.verdict) for k, s in self.core.states.items()}
+
+    def __call__(self, event: dict[str, object]) -> None:
+        event = json.loads(json.dumps(event))
+        self.events.append(event)
+        if self.core is None:
+            return
+        after = self._snapshot()
+        before = self._before
+        action = event["action"]
+        if action == "Flush":
+            for group in event["groups"]:  # type: ignore[attr-defined]
+                for hexkey, gen in zip(group["keys"], group["gens"], strict=True):
+                    pair = (bytes.fromhex(hexkey), gen)
+                    self.submitted[pair] = self.submitted.get(pair, 0) + 1
+                    was = before.get(pair[0])
+                    if was is None or was[0] is not LookupPhase.PENDING or was[1] != gen:
+                        self.submitted_not_pending.add(pair)
+        elif action == "Drain":
+            for hexkey, gen in zip(event["keys"], event["gens"], strict=True):  # type: ignore[call-overload]
+                key = bytes.fromhex(hexkey)
+                was, now = before.get(key), after.get(key)
+                if was is None or was == now:
+                    continue
+                if was[1] != gen:
+                    self.stale_applied += 1
+                    continue
+                self.applied[(key, gen)] = self.applied.get((key, gen), 0) + 1
+                if now is not None and now[0] is LookupPhase.RESOLVED:
+                    self.settled.add((key, gen))
+        elif action == "MarkMiss":
+            for hexkey in event["keys"]:  # type: ignore[attr-defined]
+                was = before.get(bytes.fromhex(hexkey))
+                if was is not None:
+                    self.forced.add((bytes.fromhex(hexkey), was[1]))
+                    self.settled.add((bytes.fromhex(hexkey), was[1]))
+        self._before = after
+        # Validate the trace as it grows: the first divergence fails the step that caused it.
+        self.checker.feed(event)
+
+
+def _group(g: ProbeGroup) -> model.Group:
+    return model.Group(g.group_id, g.batch_id, g.req_id, g.keys, g.generations)
+
+
+def _outcome(o: GroupOutcome) -> model.Outcome:
+    failure = None if o.failure is None else o.failure.value
+    return model.Outcome(_group(o.group), o.verdicts, failure, o.late)
+
+
+def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
+    """The real manager seen as a model state (the abstraction function).
+
+    The worker's queue and taken groups are read from a ManualWorker; for any
+    other worker they are taken as empty (call this when that worker is idle).
+    Id counters are not observable and are left at their initial values.
+    """
+    core = m.core
+    worker = m.worker
+    queue: tuple[tuple[model.Group, ...], ...] = ()
+    taken: dict[int, model.Group] = {}
+    timed_out: frozenset[int] = frozenset()
+    if isinstance(worker, ManualWorker) and not m.closed:
+        queue = tuple(tuple(_group(g) for g in b.groups) for b in worker.submitted)
+        taken = {gid: _group(g) for gid, g in worker.taken.items()}
+        timed_out = frozenset(worker.timed_out)
+    stats = m.stats
+    counts = model.Counts(**{f.name: getattr(stats, f.name) for f in fields(model.Counts)})
+    probes = {k: model.Probe(s.phase, s.generation, frozenset(s.waiters), s.verdict) for k, s in core.states.items()}
+    return model.State(
+        probes=probes,
+        requests={r: frozenset(ks) for r, ks in core.requests.items()},
+        step_batch=tuple(core.step_batch),
+        outstanding={gid: _group(g) for gid, g in core.outstanding.items()},
+        queue=queue,
+        taken=taken,
+        timed_out=timed_out,
+        inbox=tuple(_outcome(o) for o in core.inbox),
+        closed=m.closed,
+        counts=counts,
+        submitted=dict(ghosts.submitted),
+        submitted_not_pending=frozenset(ghosts.submitted_not_pending),
+        applied=dict(ghosts.applied),
+        stale_applied=ghosts.stale_applied,
+        forced=frozenset(ghosts.forced),
+        settled=frozenset(ghosts.settled),
+    )
+
+
+#: The state variables compared between the model and the real manager.
+COMPARED = (
+    "probes",
+    "requests",
+    "step_batch",
+    "outstanding",
+    "queue",
+    "taken",
+    "timed_out",
+    "inbox",
+    "closed",
+    "counts",
+)
+
+
+def _differences(expected: model.State, actual: model.State, names: Sequence[str]) -> list[str]:
+    out = []
+    for name in names:
+        want, got = getattr(expected, name), getattr(actual, name)
+        if isinstance(want, dict | type(expected.probes)):
+            want, got = dict(want), dict(got)
+        if want != got:
+            out.append(f"{name}: model {want!r}, implementation {got!r}")
+    return out
+
+
+# --- the machine -------------------------------------------------------------------------
+
+
+def lookup_machine(
+    *,
+    manager_class: type[AsyncLookupManager] = AsyncLookupManager,
+    worker: str = "manual",
+    worker_class: type[ManualWorker] = ManualWorker,
+    factory: Callable[[], object] = memory_factory,
+    thread_wait_s: float = 10.0,
+) -> type[RuleBasedStateMachine]:
+    """Build the stateful machine for a manager class, worker mode and backend factory.
+
+    Args:
+        manager_class: ``AsyncLookupManager`` or a subclass (the mutants of
+            the test suite replace its ``core_class``).
+        worker: ``"manual"`` (the machine pumps the worker) or ``"thread"``
+            (the real threaded worker; flushes wait for it).
+        worker_class: the ManualWorker class to instantiate in manual mode.
+        factory: returns the backend under test with its ground truth (see
+            :func:`as_target`); called once per run.
+        thread_wait_s: in thread mode, how long a flush waits for the worker
+            before the run fails (a worker that never answers is a leak).
+
+    Raises:
+        ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``.
+    """
+    if worker not in ("manual", "thread"):
+        raise ValueError(f"worker must be 'manual' or 'thread', got {worker!r}")
+    manual = worker == "manual"
+
+    class LookupMachine(RuleBasedStateMachine):
+        """Drives a real manager and the reference model side by side."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.target = as_target(factory())
+            self.stored: set[bytes] = set()
+            for key in KEYS:
+                self.target.remove(key)
+            self.backend = ScriptedBackend(self.target.backend)
+            self.ghosts = GhostRecorder()
+            self.m = manager_class(
+                self.backend,
+                name="conform",
+                worker=worker_class() if manual else "thread",
+                trace=self.ghosts,
+            )
+            self.ghosts.bind(self.m.core)
+            self.s = model.initial()
+            self.expected_calls: list[tuple[tuple[bytes, ...], str | None]] = []
+            self._cached: tuple[tuple[int, ...], model.State] | None = None
+
+        def teardown(self) -> None:
+            # Release resources only; checks belong to rules and invariants.
+            self.m.shutdown()
+            if self.target.close is not None:
+                self.target.close()
+
+        # -- helpers --------------------------------------------------------------------
+
+        def _open(self) -> bool:
+            return not self.s.closed
+
+        def _expect_call(self, group: model.Group) -> None:
+            self.expected_calls.append((group.keys, group.req))
+
+        def _pick(self, index: int, timed_out: bool | None = None) -> ProbeGroup:
+            gids = sorted(g for g in self.s.taken if timed_out is None or (g in self.s.timed_out) is timed_out)
+            gid = gids[index % len(gids)]
+            worker_obj = self.m.worker
+            assert isinstance(worker_obj, ManualWorker)
+            return worker_obj.taken[gid]
+
+        def _truth(self, group: model.Group) -> tuple[bool, ...]:
+            return tuple(k in self.stored for k in group.keys)
+
+        # -- ground truth ---------------------------------------------------------------
+
+        @precondition(lambda self: self._open())
+        @rule(key=st.sampled_from(KEYS))
+        def store_block(self, key: bytes) -> None:
+            self._settle_thread()
+            self.target.store(key)
+            self.stored.add(key)
+
+        @precondition(lambda self: self._open())
+        @rule(key=st.sampled_from(KEYS))
+        def remove_block(self, key: bytes) -> None:
+            self._settle_thread()
+            self.target.remove(key)
+            self.stored.discard(key)
+
+        # -- scheduler actions ----------------------------------------------------------
+
+        @precondition(lambda self: self._open())
+        @rule(key=st.sampled_from(KEYS), req=st.sampled_from(REQS))
+        def Lookup(self, key: bytes, req: str) -> None:
+            got = self.m.lookup(key, ReqContext(req))
+            self.s, want = model.lookup(self.s, key, req)
+            assert got is want, f"lookup({key.hex()}, {req}) returned {got!r}, the model says {want!r}"
+
+        @precondition(lambda self: self._open())
+        @rule(fail=st.sampled_from([None, *FAILURES]) if not manual else st.just(None))
+        def Flush(self, fail: str | None) -> None:
+            if fail is not None:
+                self.backend.mode = fail
+            self.m.flush()
+            self.s, groups = model.flush(self.s)
+            if not manual:
+                self._run_thread_worker(groups, fail)
+
+        @precondition(lambda self: self._open())
+        @rule()
+        def Drain(self) -> None:
+            want = len(self.s.inbox)
+            got = self.m.drain_results()
+            self.s = model.drain_all(self.s)
+            assert got == want, f"drain_results applied {got} outcomes, the model {want}"
+
+        @precondition(lambda self: self._open())
+        @rule(req=st.sampled_from((*REQS, "req-unknown")))
+        def Cleanup(self, req: str) -> None:
+            self.m.cleanup(req)
+            self.s = model.cleanup(self.s, req)
+
+        @precondition(lambda self: self._open())
+        @rule(keys=st.lists(st.sampled_from(KEYS), max_size=3))
+        def MarkMiss(self, keys: list[bytes]) -> None:
+            self.m.mark_miss(keys)
+            self.s = model.mark_miss(self.s, keys)
+
+        @precondition(lambda self: self._open())
+        @rule(roll=st.integers(0, 7))
+        def Shutdown(self, roll: int) -> None:
+            # Shutdown ends the interesting part of a run, so it happens on one roll in eight.
+            if roll != 7:
+                return
+            self.m.shutdown()
+            self.s = model.shutdown(self.s)
+            assert len(self.m) == 0, f"len(m) is {len(self.m)} after shutdown"
+
+        @precondition(lambda self: self.s.closed)
+        @rule(key=st.sampled_from(KEYS))
+        def after_shutdown(self, key: bytes) -> None:
+            calls: list[Callable[[], object]] = [
+                lambda: self.m.lookup(key, ReqContext(REQS[0])),
+                self.m.flush,
+                self.m.drain_results,
+                lambda: self.m.cleanup(REQS[0]),
+                lambda: self.m.mark_miss([key]),
+                lambda: self.m.phase(key),
+            ]
+            for call in calls:
+                try:
+                    call()
+                except ManagerClosedError:
+                    continue
+                raise AssertionError(f"{call} did not raise ManagerClosedError after shutdown")
+            self.m.shutdown()  # a second shutdown does nothing
+            assert len(self.m) == 0
+
+        @precondition(lambda self: self._open())
+        @rule()
+        def observe_phases(self) -> None:
+            # The public phase() applies published outcomes first, like a Drain.
+            got = [self.m.phase(k) for k in KEYS]
+            self.s = model.drain_all(self.s)
+            want = [p.phase if (p := self.s.probes.get(k)) else None for k in KEYS]
+            assert got == want, f"phase() per key {got}, the model {want}"
+
+        @precondition(lambda self: self._open())
+        @rule(roll=st.integers(0, 3))
+        def EventuallyReclaimed(self, roll: int) -> None:
+            """Liveness, checked by playing it out: clean up every request, let the
+            worker answer everything (late answers included), drain; the table
+            must then be empty."""
+            if roll != 3:
+                return
+            for req in sorted(self.s.requests):
+                self.m.cleanup(req)
+                self.s = model.cleanup(self.s, req)
+            # End the step: stale step-batch entries are dropped, nothing is submitted.
+            self.m.flush()
+            self.s, groups = model.flush(self.s)
+            assert not groups, f"a flush after every request left submitted {groups}"
+            if manual:
+                worker_obj = self.m.worker
+                assert isinstance(worker_obj, ManualWorker)
+                while worker_obj.submitted or worker_obj.taken:
+                    if worker_obj.submitted:
+                        worker_obj.take_batch()
+                        self.s, _ = model.take_batch(self.s)
+                    for gid in sorted(worker_obj.taken):
+                        group = self.s.taken[gid]
+                        self._expect_call(group)
+                        truth = self._truth(group)
+                        worker_obj.complete(worker_obj.taken[gid])
+                        self.s = model.complete_group(self.s, gid, truth)
+            self.m.drain_results()
+            self.s = model.drain_all(self.s)
+            assert model.Reclaimed(self.s), f"the model leaks: {self.s.probes}"
+            assert len(self.m) == 0, f"EventuallyReclaimed: {len(self.m)} states left: {dict(self.m.core.states)}"
+            assert not self.m.core.outstanding, f"EventuallyReclaimed: groups never answered {self.m.core.outstanding}"
+
+        # -- worker actions (manual mode) ---------------------------------------------------
+
+        @precondition(lambda self: manual and self._open() and bool(self.s.queue))
+        @rule()
+        def TakeBatch(self) -> None:
+            worker_obj = self.m.worker
+            assert isinstance(worker_obj, ManualWorker)
+            batch = worker_obj.take_batch()
+            self.s, groups = model.take_batch(self.s)
+            assert batch is not None and tuple(_group(g) for g in batch.groups) == groups
+
+        @precondition(lambda self: manual and self._open() and bool(self.s.taken))
+        @rule(index=st.integers(0, 7))
+        def CompleteGroup(self, index: int) -> None:
+            group = self._pick(index)
+            want = self.s.taken[group.group_id]
+            truth = self._truth(want)
+            self._expect_call(want)
+            self.m.worker.complete(group)  # type: ignore[attr-defined]
+            self.s = model.complete_group(self.s, group.group_id, truth)
+
+        @precondition(lambda self: manual and self._open() and bool(self.s.taken))
+        @rule(index=st.integers(0, 7), how=st.sampled_from(sorted(FAILURES)))
+        def FailGroup(self, index: int, how: str) -> None:
+            group = self._pick(index)
+            self._expect_call(self.s.taken[group.group_id])
+            self.backend.mode = how
+            self.m.worker.complete(group)  # type: ignore[attr-defined]
+            self.s = model.fail_group(self.s, group.group_id, FAILURES[how].value)
+
+        @precondition(lambda self: manual and self._open() and bool(set(self.s.taken) - self.s.timed_out))
+        @rule(index=st.integers(0, 7))
+        def TimeOut(self, index: int) -> None:
+            group = self._pick(index, timed_out=False)
+            self.m.worker.time_out(group)  # type: ignore[attr-defined]
+            self.s = model.time_out(self.s, group.group_id)
+
+        # -- thread mode --------------------------------------------------------------------
+
+        def _settle_thread(self) -> None:
+            # Ground truth only changes while no backend call can be running.
+            if not manual:
+                self._wait_published(len(self.s.inbox))
+
+        def _wait_published(self, count: int) -> None:
+            deadline = time.monotonic() + thread_wait_s
+            while len(self.m.core.inbox) < count:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"NothingLeaks: the threaded worker published {len(self.m.core.inbox)} of {count} "
+                        f"outcomes within {thread_wait_s} s"
+                    )
+                time.sleep(0.0005)
+
+        def _run_thread_worker(self, groups: tuple[model.Group, ...], fail: str | None) -> None:
+            if not groups:
+                # Nothing was submitted, so the scripted failure did not fire.
+                self.backend.mode = "ok"
+                return
+            self.s, _ = model.take_batch(self.s)
+            for i, group in enumerate(groups):
+                self._expect_call(group)
+                if i == 0 and fail is not None:
+                    self.s = model.fail_group(self.s, group.group_id, FAILURES[fail].value)
+                else:
+                    self.s = model.complete_group(self.s, group.group_id, self._truth(group))
+            self._wait_published(len(self.s.inbox))
+
+        # -- invariants (docs/properties.md names) --------------------------------------------
+
+        def _real(self) -> model.State:
+            # Invariants run after every step; abstract the manager once per step.
+            # Every change of the abstracted state is an action (a trace event) or a
+            # worker move (which changes one of these lengths).
+            worker_obj = self.m.worker
+            moves = (
+                (len(worker_obj.submitted), len(worker_obj.taken), len(worker_obj.timed_out))
+                if isinstance(worker_obj, ManualWorker)
+                else (0, 0, 0)
+            )
+            key = (len(self.ghosts.events), len(self.m.core.inbox), len(self.backend.calls), *moves)
+            if self._cached is None or self._cached[0] != key:
+                self._cached = (key, abstract_state(self.m, self.ghosts))
+            return self._cached[1]
+
+        def _check(self, name: str) -> None:
+            holds = model.INVARIANTS[name]
+            assert holds(self.s), f"{name} broken by the reference model itself: {self.s}"
+            real = self._real()
+            assert holds(real), f"{name} broken by the implementation: {real}"
+
+        @invariant()
+        def TypeOK(self) -> None:
+            self._check("TypeOK")
+
+        @invariant()
+        def EnqueueOnce(self) -> None:
+            self._check("EnqueueOnce")
+
+        @invariant()
+        def NoDuplicateProbe(self) -> None:
+            self._check("NoDuplicateProbe")
+
+        @invariant()
+        def StaleGenerationDropped(self) -> None:
+            self._check("StaleGenerationDropped")
+
+        @invariant()
+        def VerdictIffResolved(self) -> None:
+            self._check("VerdictIffResolved")
+
+        @invariant()
+        def ForcedMissSticks(self) -> None:
+            self._check("ForcedMissSticks")
+
+        @invariant()
+        def ReverseIndexConsistent(self) -> None:
+            self._check("ReverseIndexConsistent")
+
+        @invariant()
+        def NothingLeaks(self) -> None:
+            self._check("NothingLeaks")
+
+        @invariant()
+        def conforms_to_reference(self) -> None:
+            """Every observable equals the model's (runs after the named invariants)."""
+            real = self._real()
+            problems = _differences(self.s, real, COMPARED)
+            assert not problems, "implementation diverges from the reference model: " + "; ".join(problems)
+            assert len(self.m) == len(self.s.probes), f"len(m) is {len(self.m)}, the model holds {len(self.s.probes)}"
+            if not self.s.closed:
+                got = [self.m.core.phase(k) for k in KEYS]
+                want = [p.phase if (p := self.s.probes.get(k)) else None for k in KEYS]
+                assert got == want, f"phases {got}, the model {want}"
+            assert self.backend.calls == self.expected_calls, (
+                f"backend calls {self.backend.calls}, the model expects {self.expected_calls}"
+            )
+            assert self.ghosts.checker.count == len(self.ghosts.events)
+
+    LookupMachine.__name__ = f"LookupMachine_{manager_class.__name__}_{worker}"
+    LookupMachine.__qualname__ = LookupMachine.__name__
+    return LookupMachine
+
+
+# --- running it (kvprobe conform) ----------------------------------------------------------
+
+
+@dataclass
+class ConformanceResult:
+    """The outcome of :func:`run_conformance`."""
+
+    passed: bool
+    examples: int
+    seconds: float
+    worker: str
+    failure: str = ""
+
+
+def run_conformance(
+    factory: Callable[[], object],
+    *,
+    examples: int = 100,
+    steps: int = 50,
+    worker: str = "manual",
+    derandomize: bool = False,
+) -> ConformanceResult:
+    """Run the machine against ``factory``'s backend; never raises for a failed run.
+
+    On failure, ``failure`` holds the error and Hypothesis's minimal failing
+    example (the steps that reproduce it).
+
+    Raises:
+        TypeError: the factory's first result is not a usable target (the
+            run could not start).  Other errors of the factory's first call
+            propagate unchanged.
+    """
+    made = as_target(factory())  # fail early, with a clear message, if the factory is unusable
+    if made.close is not None:
+        made.close()
+    machine = lookup_machine(factory=factory, worker=worker)
+    config = settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+    lines: list[str] = []
+    start = time.monotonic()
+    try:
+        with with_reporter(lambda text: lines.append(str(text))):
+            run_state_machine_as_test(machine, settings=config)
+    except Exception as exc:
+        notes = "\n".join(getattr(exc, "__notes__", []))
+        text = "\n".join([f"{type(exc).__name__}: {exc}", *lines, notes]).strip()
+        return ConformanceResult(False, examples, time.monotonic() - start, worker, text)
+    return ConformanceResult(True, examples, time.monotonic() - start, worker)
