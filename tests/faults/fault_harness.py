@@ -147,14 +147,17 @@ class Reliability:
         seconds: float,
         leaked: int,
         counters: str,
+        verdicts: str | None = None,
     ) -> None:
+        """One row; ``verdicts`` replaces "delivered/asked" where that does not apply."""
         command = "pytest " + shlex.quote(self.nodeid)
-        self.rows.append(Row(fault, backend, f"{delivered}/{asked}", seconds, leaked, counters, command))
+        shown = verdicts if verdicts is not None else f"{delivered}/{asked}"
+        self.rows.append(Row(fault, backend, shown, seconds, leaked, counters, command))
 
 
 def counters(m: AsyncLookupManager, *names: str) -> str:
     """The named counters (and failures by kind) as ``name=value`` text for the table."""
     stats = m.stats
     parts = [f"{name}={getattr(stats, name)}" for name in names]
-    parts += [f"{kind}={count}" for kind, count in sorted(stats.failures.items())]
+    parts += [f"{kind}={count}" for kind, count in sorted(stats.failures.items()) if kind not in names]
     return ", ".join(parts)

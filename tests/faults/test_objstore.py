@@ -119,10 +119,12 @@ def test_server_stopped_mid_run_then_started_again(s3: Any, bucket: str, reliabi
             assert finish(m, ["during-1", "during-2"]) == 0
 
             s3.start()  # same port, objects restored; the manager is not recreated
+            hits_before = m.stats.hits
             after = drive(m, {"after": stored})
             assert after.values == [True] * 8, "no true verdicts after the server came back"
             leaked = finish(m, ["after"])
             assert leaked == 0
+            hits_after_restart = m.stats.hits - hits_before
             still_serves(m, backend.store)
             reliability.record(
                 "S3 server stopped mid-run (verdicts during the outage)",
@@ -140,7 +142,7 @@ def test_server_stopped_mid_run_then_started_again(s3: Any, bucket: str, reliabi
                 asked=8,
                 seconds=after.seconds,
                 leaked=leaked,
-                counters=f"hits={m.stats.hits}",
+                counters=f"hits after the restart={hits_after_restart}",
             )
     finally:
         backend.close()
