@@ -155,7 +155,9 @@ def test_server_frozen_beyond_lookup_timeout(s3: Any, bucket: str, reliability: 
         backend.store(key)
     max_stuck = 2
     try:
-        with AsyncLookupManager(backend, lookup_timeout_s=0.5, max_stuck_calls=max_stuck) as m:
+        # 1 s: well above a HEAD on a loaded machine, well below the ~3 s a
+        # frozen server costs the SDK per call.
+        with AsyncLookupManager(backend, lookup_timeout_s=1.0, max_stuck_calls=max_stuck) as m:
             worker = m.worker
             assert isinstance(worker, ThreadedWorker)
             assert drive(m, {"warm": stored}).values == [True, True]
@@ -191,7 +193,7 @@ def test_server_frozen_beyond_lookup_timeout(s3: Any, bucket: str, reliability: 
             leaked = finish(m, ["after"])
             assert leaked == 0
             reliability.record(
-                "S3 server frozen (SIGSTOP) beyond lookup_timeout_s=0.5 s, then thawed",
+                "S3 server frozen (SIGSTOP) beyond lookup_timeout_s=1 s, then thawed",
                 "NixlObjBackend + moto",
                 delivered=len(frozen.verdicts),
                 asked=12,
