@@ -39,6 +39,12 @@ class Killer:
         return self.inner.batch_lookup(keys, req_context)
 
 
+# The injected SystemExit ends a thread on purpose; pytest reports every
+# thread that ends by an exception.
+_thread_ends = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+
+
+@_thread_ends
 def test_worker_thread_dies_is_noticed_and_restarted(reliability: Reliability) -> None:
     stored = keys("stored", 3)
     inner = InMemoryBackend(stored)
@@ -72,6 +78,7 @@ def test_worker_thread_dies_is_noticed_and_restarted(reliability: Reliability) -
         )
 
 
+@_thread_ends
 def test_worker_dies_repeatedly() -> None:
     stored = keys("stored", 1)
     inner = InMemoryBackend(stored)
@@ -85,6 +92,7 @@ def test_worker_dies_repeatedly() -> None:
         still_serves(m, inner.store)
 
 
+@_thread_ends
 def test_caller_thread_dies_under_a_timeout(reliability: Reliability) -> None:
     # With a timeout the call runs on a caller thread.  If a BaseException
     # ends that thread, its slot must not count as "stuck" for ever: more
