@@ -206,6 +206,16 @@ class S3Server:
         if name not in self.buckets:
             self.buckets.append(name)
 
+    def forget_bucket(self, name: str) -> None:
+        """Stop tracking ``name``: it is no longer saved by ``stop`` nor re-created by ``start``.
+
+        The bucket itself is left as it is.  Tests sharing one server call this
+        when done with their bucket, so later outages do not copy its objects.
+        No error if ``name`` is not tracked.
+        """
+        if name in self.buckets:
+            self.buckets.remove(name)
+
     # --- lifecycle ---------------------------------------------------------------
 
     def start(self) -> S3Server:

@@ -79,11 +79,12 @@ def s3_server(_s3_session: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def bucket(s3_server: Any) -> str:
-    """A new, empty bucket on the session's server."""
+def bucket(s3_server: Any) -> Iterator[str]:
+    """A new, empty bucket on the session's server (untracked afterwards)."""
     name = f"kvprobe-{os.getpid()}-{next(_bucket_ids)}"
     s3_server.create_bucket(name)
-    return name
+    yield name
+    s3_server.forget_bucket(name)
 
 
 def make_obj_backend(server: Any, bucket: str, **kwargs: Any) -> Any:
