@@ -126,7 +126,6 @@ class NixlObjBackend:
 
     def __init__(
         self,
-        *,
         bucket: str,
         endpoint_url: str | None = None,
         access_key: str | None = None,
@@ -134,6 +133,7 @@ class NixlObjBackend:
         region: str | None = None,
         prefix: str = "",
         num_threads: int = 16,
+        *,
         session_token: str | None = None,
         max_attempts: int | None = 1,
         connect_timeout_s: float = 2.0,
