@@ -54,7 +54,6 @@ if NEXT_PHASE.get((ABSENT, Event.LOOKUP, True)) is not PENDING:
     raise ImportError("lifecycle no longer sends a new lookup to PENDING; LookupCore.lookup must follow it")
 
 
-
 def _by_source(event: Event) -> tuple[dict[str, LookupPhase | None], dict[str, LookupPhase | None]]:
     """NEXT_PHASE's rows for ``event``, re-indexed for the hot path.
 
@@ -154,45 +153,39 @@ class LookupCore:
         except (TypeError, AttributeError) as exc:
             raise _bad_lookup(key, req_context) from exc
         if state is None:
-            return self._lookup_new(key, req_context, req_id)
+            # A new probe (ABSENT -> PENDING).  This path and the join below
+            # are written inline: they run for every new (key, request) pair,
+            # and a method call would be a tenth of their cost.
+            if type(key) is not bytes or type(req_id) is not str:
+                raise _bad_lookup(key, req_context)
+            generation = next(self._generations)
+            self.states[key] = ProbeState(generation, req_id)
+            keys = self.requests.get(req_id)
+            if keys is None:
+                self.requests[req_id] = {key}
+                self.contexts[req_id] = req_context
+            else:
+                keys.add(key)
+            self.step_batch.append((key, generation, req_id))
+            self.stats.probes_created += 1
+            return None
         if req_id not in state.waiters:
-            self._join(state, key, req_context, req_id)
+            # Another request joins the probe (its phase does not change).
+            if type(req_id) is not str:
+                raise _bad_lookup(key, req_context)
+            state.waiters.add(req_id)
+            keys = self.requests.get(req_id)
+            if keys is None:
+                self.requests[req_id] = {key}
+                self.contexts[req_id] = req_context
+            else:
+                keys.add(key)
+            phase = state.phase
+            if phase is PENDING:
+                self.stats.joins += 1
+            elif phase is IN_FLIGHT:
+                self.stats.in_flight_reuses += 1
         return state.verdict
-
-    def _lookup_new(self, key: Key, req_context: object, req_id: str) -> bool | None:
-        if type(key) is not bytes or type(req_id) is not str:
-            raise _bad_lookup(key, req_context)
-        generation = next(self._generations)
-        self.states[key] = ProbeState(generation, req_id)
-        # _remember, inlined: this runs once per new key, the second most
-        # frequent lookup, and a method call is a tenth of its cost.
-        keys = self.requests.get(req_id)
-        if keys is None:
-            self.requests[req_id] = {key}
-            self.contexts[req_id] = req_context
-        else:
-            keys.add(key)
-        self.step_batch.append((key, generation, req_id))
-        self.stats.probes_created += 1
-        return None
-
-    def _join(self, state: ProbeState, key: Key, req_context: object, req_id: str) -> None:
-        if type(req_id) is not str:
-            raise _bad_lookup(key, req_context)
-        state.waiters.add(req_id)
-        self._remember(key, req_context, req_id)
-        if state.phase is PENDING:
-            self.stats.joins += 1
-        elif state.phase is IN_FLIGHT:
-            self.stats.in_flight_reuses += 1
-
-    def _remember(self, key: Key, req_context: object, req_id: str) -> None:
-        keys = self.requests.get(req_id)
-        if keys is None:
-            self.requests[req_id] = {key}
-            self.contexts[req_id] = req_context
-        else:
-            keys.add(key)
 
     # --- Flush ---------------------------------------------------------------
 
@@ -212,16 +205,15 @@ class LookupCore:
             return None
         to_in_flight = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
         pending = PENDING
-        # Each group collects the step-batch entries themselves (no new tuple
-        # per key) and unzips them once.  A request's new keys are usually
-        # consecutive entries, so the group of the previous entry is tried
-        # before the dict; `is` is only a shortcut, the dict decides.
-        grouped: dict[str, list[tuple[Key, int, str]]] = {}
+        # A request's new keys are usually consecutive entries, so the group
+        # of the previous entry is tried before the dict (`is` is only a
+        # shortcut; the dict decides).
+        grouped: dict[str, tuple[list[Key], list[int]]] = {}
         states = self.states
         last_req: str | None = None
-        slot: list[tuple[Key, int, str]] = []
-        for entry in entries:
-            key, generation, req_id = entry
+        keys: list[Key] = []
+        gens: list[int] = []
+        for key, generation, req_id in entries:
             state = states.get(key)
             if state is None or state.generation != generation or state.phase is not pending:
                 continue
@@ -230,26 +222,29 @@ class LookupCore:
             state.phase = to_in_flight  # type: ignore[assignment]  # declared: PENDING -> IN_FLIGHT
             if req_id is not last_req:
                 last_req = req_id
-                got = grouped.get(req_id)
-                if got is None:
-                    got = grouped[req_id] = []
-                slot = got
-            slot.append(entry)
+                slot = grouped.get(req_id)
+                if slot is None:
+                    slot = grouped[req_id] = ([], [])
+                keys, gens = slot
+            keys.append(key)
+            gens.append(generation)
         if not grouped:
             return None
         batch_id = next(self._batch_ids)
         contexts = self.contexts
         group_ids = self._group_ids
-        groups = []
-        for req_id, members in grouped.items():
-            keys, gens, _ = zip(*members, strict=True)
-            groups.append(ProbeGroup(next(group_ids), batch_id, req_id, contexts[req_id], keys, gens))
+        groups = tuple(
+            ProbeGroup(next(group_ids), batch_id, req_id, contexts[req_id], tuple(keys), tuple(gens))
+            for req_id, (keys, gens) in grouped.items()
+        )
         outstanding = self.outstanding
+        submitted = 0
         for group in groups:
             outstanding[group.group_id] = group
-        self.stats.probes_submitted += sum(len(group.keys) for group in groups)
+            submitted += len(group.keys)
+        self.stats.probes_submitted += submitted
         self.stats.batches += 1
-        return Batch(batch_id, tuple(groups))
+        return Batch(batch_id, groups)
 
     # --- Drain ---------------------------------------------------------------
 
