@@ -22,35 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from integ_harness import BACKENDS, make_obj_backend, s3_missing
 
 from kvprobe.backends import FsBackend
 
 _bucket_ids = itertools.count(1)
-
-
-def nixl_missing() -> str | None:
-    """Why NIXL cannot be used here, or None if it can."""
-    from kvprobe.backends._nixl_import import load_nixl
-
-    try:
-        load_nixl()
-    except ImportError as exc:
-        return str(exc)
-    return None
-
-
-def s3_missing() -> str | None:
-    """Why the local S3 server cannot run here, or None if it can."""
-    for module in ("moto.server", "boto3"):
-        try:
-            __import__(module)
-        except ImportError as exc:
-            return f"{module} is not installed (pip install 'kvprobe[s3]'): {exc}"
-    return None
-
-
-requires_nixl = pytest.mark.skipif(nixl_missing() is not None, reason=f"NIXL not importable: {nixl_missing()}")
-requires_s3 = pytest.mark.skipif(s3_missing() is not None, reason=f"no local S3 server: {s3_missing()}")
 
 
 @pytest.fixture(scope="session")
@@ -85,19 +61,6 @@ def bucket(s3_server: Any) -> Iterator[str]:
     s3_server.create_bucket(name)
     yield name
     s3_server.forget_bucket(name)
-
-
-def make_obj_backend(server: Any, bucket: str, **kwargs: Any) -> Any:
-    from kvprobe.backends.nixl_obj import NixlObjBackend
-
-    return NixlObjBackend(bucket=bucket, **server.credentials(), **kwargs)
-
-
-BACKENDS = [
-    pytest.param("fs", id="fs"),
-    pytest.param("nixl_posix", id="nixl_posix", marks=requires_nixl),
-    pytest.param("nixl_obj", id="nixl_obj", marks=[requires_nixl, requires_s3]),
-]
 
 
 @pytest.fixture

@@ -1,12 +1,53 @@
-"""A scheduler-like loop over a real backend, and key generators."""
+"""Shared helpers of the integration tests: skip markers, the backend list, keys, a scheduler-like loop."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pytest
 
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
+
+
+def nixl_missing() -> str | None:
+    """Why NIXL cannot be used here, or None if it can."""
+    from kvprobe.backends._nixl_import import load_nixl
+
+    try:
+        load_nixl()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def s3_missing() -> str | None:
+    """Why the local S3 server cannot run here, or None if it can."""
+    for module in ("moto.server", "boto3"):
+        try:
+            __import__(module)
+        except ImportError as exc:
+            return f"{module} is not installed (pip install 'kvprobe[s3]'): {exc}"
+    return None
+
+
+requires_nixl = pytest.mark.skipif(nixl_missing() is not None, reason=f"NIXL not importable: {nixl_missing()}")
+requires_s3 = pytest.mark.skipif(s3_missing() is not None, reason=f"no local S3 server: {s3_missing()}")
+
+
+def make_obj_backend(server: Any, bucket: str, **kwargs: Any) -> Any:
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+
+    return NixlObjBackend(bucket=bucket, **server.credentials(), **kwargs)
+
+
+BACKENDS = [
+    pytest.param("fs", id="fs"),
+    pytest.param("nixl_posix", id="nixl_posix", marks=requires_nixl),
+    pytest.param("nixl_obj", id="nixl_obj", marks=[requires_nixl, requires_s3]),
+]
 
 
 def block_keys(rng: random.Random, hashes: int, groups: int = 1) -> list[bytes]:

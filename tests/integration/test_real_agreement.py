@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import requires_nixl
-from integ_harness import block_keys, resolve
+from integ_harness import block_keys, requires_nixl, resolve
 
 from kvprobe.backends import FsBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext

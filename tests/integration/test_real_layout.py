@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import requires_nixl
+from integ_harness import requires_nixl
 
 from kvprobe.backends import FsBackend, relative_name
 from kvprobe.backends.layout import MAX_DIRECT_BYTES
@@ -90,7 +90,7 @@ def test_file_backends_store_hostile_keys_under_root(kind: str, make_store: Any,
 
 def test_object_names_stay_under_prefix(make_store: Any) -> None:
     pytest.importorskip("moto.server")
-    from conftest import nixl_missing
+    from integ_harness import nixl_missing
 
     if nixl_missing():
         pytest.skip(f"NIXL not importable: {nixl_missing()}")
@@ -157,7 +157,7 @@ def test_fs_stat_error_raises_while_nixl_posix_reads_it_as_missing(make_store: A
     os.symlink(shard, shard)  # a symlink loop where the shard directory should be
     with pytest.raises(OSError, match="symbolic links"):
         fs.batch_lookup([key], None)
-    from conftest import nixl_missing
+    from integ_harness import nixl_missing
 
     if nixl_missing() is None:
         assert make_store("nixl_posix").batch_lookup([key], None) == [False]

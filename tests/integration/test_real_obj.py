@@ -9,8 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import make_obj_backend, requires_nixl, requires_s3
-from integ_harness import resolve
+from integ_harness import make_obj_backend, requires_nixl, requires_s3, resolve
 
 from kvprobe.statemachine import AsyncLookupManager, FailureKind
 

@@ -7,7 +7,7 @@ import socket
 import time
 
 import pytest
-from conftest import requires_s3
+from integ_harness import requires_s3
 
 pytestmark = requires_s3
 

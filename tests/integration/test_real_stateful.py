@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BACKENDS, make_obj_backend
+from integ_harness import BACKENDS, make_obj_backend
 
 stateful = pytest.importorskip("kvprobe.testing.stateful", reason="the shipped stateful machine is not available")
 
