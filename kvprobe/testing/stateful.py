@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, settings, target
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -71,9 +71,10 @@ __all__ = [
 
 #: The key pool: few keys, so collisions, shared probes and reuse are common.
 #: Eight bytes plus a four-byte group index, shaped like vLLM offload keys.
-KEYS: tuple[bytes, ...] = tuple(bytes([0xC0 + i]) * 8 + i.to_bytes(4, "big") for i in range(4))
-#: The request-id pool.
-REQS: tuple[str, ...] = ("req-a", "req-b", "req-c")
+KEYS: tuple[bytes, ...] = tuple(bytes([0xC0 + i]) * 8 + i.to_bytes(4, "big") for i in range(3))
+#: The request-id pool (two suffice for shared probes and for a flush regrouping
+#: a key under the request still waiting; cleanup also draws an unknown id).
+REQS: tuple[str, ...] = ("req-a", "req-b")
 
 #: How a scripted backend call fails, and the FailureKind probe_group reports for it.
 FAILURES: dict[str, FailureKind] = {
@@ -187,6 +188,8 @@ class GhostRecorder:
         self.forced: set[tuple[bytes, int]] = set()
         self.settled: set[tuple[bytes, int]] = set()
         self._before: dict[bytes, tuple[LookupPhase, int, bool | None]] = {}
+        #: Whether events are still recorded and checked (off for the final teardown).
+        self.checking = True
 
     def bind(self, core: LookupCore) -> None:
         self.core = core
@@ -197,6 +200,8 @@ class GhostRecorder:
         return {k: (s.phase, s.generation, s.verdict) for k, s in self.core.states.items()}
 
     def __call__(self, event: dict[str, object]) -> None:
+        if not self.checking:
+            return
         event = json.loads(json.dumps(event))
         self.events.append(event)
         if self.core is None:
@@ -309,6 +314,21 @@ def _differences(expected: model.State, actual: model.State, names: Sequence[str
     return out
 
 
+def interest(s: model.State) -> dict[str, int]:
+    """How many subtle situations a model state holds, by kind (a steering score)."""
+    with_worker = [g for g in s.taken.values()] + [g for batch in s.queue for g in batch]
+    pairs = {(k, g) for grp in with_worker for k, g in zip(grp.keys, grp.gens, strict=True)}
+    superseded = sum(1 for k, g in pairs if (p := s.probes.get(k)) is not None and p.gen != g)
+    forced = sum(1 for pair in pairs if pair in s.forced)
+    orphans = sum(1 for p in s.probes.values() if p.phase is LookupPhase.IN_FLIGHT and not p.waiters)
+    return {
+        "answers pending for a superseded generation": superseded,
+        "answers pending for a forced miss": forced,
+        "late answers pending": len(s.timed_out),
+        "orphans in flight": orphans,
+    }
+
+
 # --- the machine -------------------------------------------------------------------------
 
 
@@ -319,6 +339,8 @@ def lookup_machine(
     worker_class: type[ManualWorker] = ManualWorker,
     factory: Callable[[], object] = memory_factory,
     thread_wait_s: float = 10.0,
+    keys: Sequence[bytes] = KEYS,
+    reqs: Sequence[str] = REQS,
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -332,6 +354,8 @@ def lookup_machine(
             :func:`as_target`); called once per run.
         thread_wait_s: in thread mode, how long a flush waits for the worker
             before the run fails (a worker that never answers is a leak).
+        keys: the key pool lookups, mark_miss and store/remove draw from.
+        reqs: the request-id pool.
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``.
@@ -340,6 +364,8 @@ def lookup_machine(
         raise ValueError(f"worker must be 'manual' or 'thread', got {worker!r}")
     manual = worker == "manual"
 
+    key_pool, req_pool = tuple(keys), tuple(reqs)
+
     class LookupMachine(RuleBasedStateMachine):
         """Drives a real manager and the reference model side by side."""
 
@@ -347,7 +373,7 @@ def lookup_machine(
             super().__init__()
             self.target = as_target(factory())
             self.stored: set[bytes] = set()
-            for key in KEYS:
+            for key in key_pool:
                 self.target.remove(key)
             self.backend = ScriptedBackend(self.target.backend)
             self.ghosts = GhostRecorder()
@@ -361,9 +387,15 @@ def lookup_machine(
             self.s = model.initial()
             self.expected_calls: list[tuple[tuple[bytes, ...], str | None]] = []
             self._cached: tuple[tuple[int, ...], model.State] | None = None
+            self._best: dict[str, int] = {}
 
         def teardown(self) -> None:
-            # Release resources only; checks belong to rules and invariants.
+            # Release resources only; checks belong to rules and invariants (an
+            # error raised here would mask the failure Hypothesis is reporting).
+            self.ghosts.checking = False
+            # target() may be called once per label and run: report the run's peak.
+            for label, score in self._best.items():
+                target(float(score), label=label)
             self.m.shutdown()
             if self.target.close is not None:
                 self.target.close()
@@ -389,23 +421,21 @@ def lookup_machine(
         # -- ground truth ---------------------------------------------------------------
 
         @precondition(lambda self: self._open())
-        @rule(key=st.sampled_from(KEYS))
-        def store_block(self, key: bytes) -> None:
+        @rule(key=st.sampled_from(key_pool), present=st.booleans())
+        def set_stored(self, key: bytes, present: bool) -> None:
+            """Change the ground truth: store or remove the block of ``key``."""
             self._settle_thread()
-            self.target.store(key)
-            self.stored.add(key)
-
-        @precondition(lambda self: self._open())
-        @rule(key=st.sampled_from(KEYS))
-        def remove_block(self, key: bytes) -> None:
-            self._settle_thread()
-            self.target.remove(key)
-            self.stored.discard(key)
+            if present:
+                self.target.store(key)
+                self.stored.add(key)
+            else:
+                self.target.remove(key)
+                self.stored.discard(key)
 
         # -- scheduler actions ----------------------------------------------------------
 
         @precondition(lambda self: self._open())
-        @rule(key=st.sampled_from(KEYS), req=st.sampled_from(REQS))
+        @rule(key=st.sampled_from(key_pool), req=st.sampled_from(req_pool))
         def Lookup(self, key: bytes, req: str) -> None:
             got = self.m.lookup(key, ReqContext(req))
             self.s, want = model.lookup(self.s, key, req)
@@ -422,21 +452,28 @@ def lookup_machine(
                 self._run_thread_worker(groups, fail)
 
         @precondition(lambda self: self._open())
-        @rule()
-        def Drain(self) -> None:
+        @rule(via_phase=st.booleans())
+        def Drain(self, via_phase: bool) -> None:
+            """Apply published outcomes: through drain_results(), or through the
+            public phase(), which drains before it answers."""
             want = len(self.s.inbox)
-            got = self.m.drain_results()
             self.s = model.drain_all(self.s)
-            assert got == want, f"drain_results applied {got} outcomes, the model {want}"
+            if via_phase:
+                got_phases = [self.m.phase(k) for k in key_pool]
+                want_phases = [p.phase if (p := self.s.probes.get(k)) else None for k in key_pool]
+                assert got_phases == want_phases, f"phase() per key {got_phases}, the model {want_phases}"
+            else:
+                got = self.m.drain_results()
+                assert got == want, f"drain_results applied {got} outcomes, the model {want}"
 
         @precondition(lambda self: self._open())
-        @rule(req=st.sampled_from((*REQS, "req-unknown")))
+        @rule(req=st.sampled_from((*req_pool, "req-unknown")))
         def Cleanup(self, req: str) -> None:
             self.m.cleanup(req)
             self.s = model.cleanup(self.s, req)
 
         @precondition(lambda self: self._open())
-        @rule(keys=st.lists(st.sampled_from(KEYS), max_size=3))
+        @rule(keys=st.lists(st.sampled_from(key_pool), max_size=3))
         def MarkMiss(self, keys: list[bytes]) -> None:
             self.m.mark_miss(keys)
             self.s = model.mark_miss(self.s, keys)
@@ -452,13 +489,13 @@ def lookup_machine(
             assert len(self.m) == 0, f"len(m) is {len(self.m)} after shutdown"
 
         @precondition(lambda self: self.s.closed)
-        @rule(key=st.sampled_from(KEYS))
+        @rule(key=st.sampled_from(key_pool))
         def after_shutdown(self, key: bytes) -> None:
             calls: list[Callable[[], object]] = [
-                lambda: self.m.lookup(key, ReqContext(REQS[0])),
+                lambda: self.m.lookup(key, ReqContext(req_pool[0])),
                 self.m.flush,
                 self.m.drain_results,
-                lambda: self.m.cleanup(REQS[0]),
+                lambda: self.m.cleanup(req_pool[0]),
                 lambda: self.m.mark_miss([key]),
                 lambda: self.m.phase(key),
             ]
@@ -472,13 +509,33 @@ def lookup_machine(
             assert len(self.m) == 0
 
         @precondition(lambda self: self._open())
-        @rule()
-        def observe_phases(self) -> None:
-            # The public phase() applies published outcomes first, like a Drain.
-            got = [self.m.phase(k) for k in KEYS]
-            self.s = model.drain_all(self.s)
-            want = [p.phase if (p := self.s.probes.get(k)) else None for k in KEYS]
-            assert got == want, f"phase() per key {got}, the model {want}"
+        @rule(
+            ops=st.lists(
+                st.one_of(
+                    st.tuples(st.just("lookup"), st.sampled_from(key_pool), st.sampled_from(req_pool)),
+                    st.tuples(st.just("cleanup"), st.sampled_from(req_pool)),
+                    st.tuples(st.just("mark_miss"), st.sampled_from(key_pool)),
+                ),
+                min_size=1,
+                max_size=5,
+            ),
+            flush=st.booleans(),
+        )
+        def SchedulerStep(self, ops: list[tuple[Any, ...]], flush: bool) -> None:
+            """A scheduler step: several Lookup/Cleanup/MarkMiss actions, then maybe Flush.
+
+            The same actions as the single rules (each one is compared and
+            traced), bundled so that the deep interleavings come within reach.
+            """
+            for op in ops:
+                if op[0] == "lookup":
+                    self.Lookup(op[1], op[2])
+                elif op[0] == "cleanup":
+                    self.Cleanup(op[1])
+                else:
+                    self.MarkMiss([op[1]])
+            if flush:
+                self.Flush(None)
 
         @precondition(lambda self: self._open())
         @rule(roll=st.integers(0, 3))
@@ -638,6 +695,17 @@ def lookup_machine(
             self._check("NothingLeaks")
 
         @invariant()
+        def steer(self) -> None:
+            """Guide generation toward the interleavings where the lifecycle is subtle.
+
+            Not a check: the peak of each score is reported to
+            ``hypothesis.target`` at teardown, so the targeting phase mutates
+            the runs that reach these situations.
+            """
+            for label, score in interest(self.s).items():
+                self._best[label] = max(self._best.get(label, 0), score)
+
+        @invariant()
         def conforms_to_reference(self) -> None:
             """Every observable equals the model's (runs after the named invariants)."""
             real = self._real()
@@ -645,8 +713,8 @@ def lookup_machine(
             assert not problems, "implementation diverges from the reference model: " + "; ".join(problems)
             assert len(self.m) == len(self.s.probes), f"len(m) is {len(self.m)}, the model holds {len(self.s.probes)}"
             if not self.s.closed:
-                got = [self.m.core.phase(k) for k in KEYS]
-                want = [p.phase if (p := self.s.probes.get(k)) else None for k in KEYS]
+                got = [self.m.core.phase(k) for k in key_pool]
+                want = [p.phase if (p := self.s.probes.get(k)) else None for k in key_pool]
                 assert got == want, f"phases {got}, the model {want}"
             assert self.backend.calls == self.expected_calls, (
                 f"backend calls {self.backend.calls}, the model expects {self.expected_calls}"
