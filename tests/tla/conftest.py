@@ -1,0 +1,35 @@
+"""Fixtures for the TLA+ tests: TLC runs are shared across tests of a session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvprobe.tlc import read_state_graph, run_tlc, tla_dir
+
+INVARIANTS_ONLY_MARK = "PROPERTIES"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "tlc: runs the TLC model checker (needs Java 11+; tens of seconds)")
+
+
+def safety_only(cfg_text: str) -> str:
+    """A config text without its PROPERTIES section (no liveness: faster, same graph)."""
+    lines = cfg_text.splitlines()
+    if INVARIANTS_ONLY_MARK in cfg_text:
+        lines = lines[: next(i for i, line in enumerate(lines) if line.strip().startswith(INVARIANTS_ONLY_MARK))]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def default_graph(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
+    """TLC's explored state graph of tla/default.cfg (invariants checked, no liveness)."""
+    folder = tmp_path_factory.mktemp("graph")
+    cfg = folder / "graph.cfg"
+    cfg.write_text(safety_only((tla_dir() / "default.cfg").read_text()))
+    dump = folder / "default"
+    result = run_tlc(tla_dir() / "MC.tla", cfg, extra_args=["-dump", "dot,actionlabels", str(dump)])
+    assert result.outcome == "ok", (result.outcome, result.property, result.errors)
+    return read_state_graph(Path(f"{dump}.dot"))

@@ -1,0 +1,119 @@
+"""Phase transitions that TLC's explored state graph takes, against the lifecycle table.
+
+TLC's ``-dump dot,actionlabels`` graph has one node per distinct state (with
+every variable) and one edge per transition, labelled with the action name.
+For each edge this module derives the per-key phase transitions the action
+made: ``(source phase, action, waiters after, destination phase)``, where
+"waiters after" is whether any request still waits on the key after the
+action (by the state's waiters or by the reverse index).
+
+Which keys an action concerns is read off the two states: the keys whose
+probe state (phase, generation, waiters, verdict, forced flag) changed;
+for Drain also the keys whose state has the drained outcome's generation
+(a dropped duplicate result changes nothing but is still a Drain of that
+key's probe); for Shutdown every key that had a state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kvprobe.spec.lifecycle import Event, LookupPhase, Phase, Rule
+
+SCHEDULER_ACTIONS = {event.value for event in Event}
+WORKER_ACTIONS = {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut"}
+_PER_KEY = ("phase", "gen", "waiters", "verdict", "forced")
+
+Transition = tuple[Phase, Event, bool, Phase]
+State = Mapping[str, object]
+
+
+def _phase(name: object) -> Phase:
+    return None if name == "ABSENT" else LookupPhase(str(name))
+
+
+def _get(state: State, var: str, key: object) -> object:
+    return state[var][key]  # type: ignore[index]
+
+
+def _waiting(state: State, key: object) -> bool:
+    requests: Mapping[object, frozenset[object]] = state["requests"]  # type: ignore[assignment]
+    return bool(_get(state, "waiters", key)) or any(key in keys for keys in requests.values())
+
+
+def concerned_keys(action: str, source: State, dest: State) -> set[object]:
+    """The keys whose probe state ``action`` acted on in the step ``source -> dest``."""
+    keys = source["phase"].keys()  # type: ignore[attr-defined]
+    changed = {k for k in keys if any(_get(source, v, k) != _get(dest, v, k) for v in _PER_KEY)}
+    if action == "Drain":
+        outcome = source["resq"][0]  # type: ignore[index]
+        probes = outcome["grp"]["probes"]
+        changed |= {k for k in keys if _get(source, "phase", k) != "ABSENT" and (k, _get(source, "gen", k)) in probes}
+    elif action == "Shutdown":
+        changed |= {k for k in keys if _get(source, "phase", k) != "ABSENT"}
+    return changed
+
+
+@dataclass
+class Observed:
+    """What the graph shows: transitions, and worker (or final stutter) steps that moved a phase (must be none)."""
+
+    transitions: set[Transition]
+    worker_phase_changes: list[tuple[str, str, str]]
+    edges: int
+
+
+def observed_transitions(states: Mapping[str, State], edges: Iterable[tuple[str, str, str]]) -> Observed:
+    """Derive the per-key phase transitions from a state graph (see the module docstring).
+
+    Raises:
+        KeyError: an edge names a state the graph does not hold, or an
+            action that is neither a scheduler nor a worker action.
+    """
+    found: set[Transition] = set()
+    worker_moves: list[tuple[str, str, str]] = []
+    count = 0
+    for src_id, action, dst_id in edges:
+        count += 1
+        source, dest = states[src_id], states[dst_id]
+        if action == "Terminated":  # the intended final stutter after Shutdown
+            if src_id != dst_id or source["down"] is not True:
+                worker_moves.append((src_id, action, dst_id))
+            continue
+        if action in WORKER_ACTIONS:
+            if source["phase"] != dest["phase"]:
+                worker_moves.append((src_id, action, dst_id))
+            continue
+        if action not in SCHEDULER_ACTIONS:
+            raise KeyError(f"edge {src_id} -> {dst_id} has unknown action {action!r}")
+        event = Event(action)
+        for key in concerned_keys(action, source, dest):
+            found.add(
+                (
+                    _phase(_get(source, "phase", key)),
+                    event,
+                    _waiting(dest, key),
+                    _phase(_get(dest, "phase", key)),
+                )
+            )
+    return Observed(found, worker_moves, count)
+
+
+def compare(observed: Iterable[Transition], rules: Iterable[Rule]) -> tuple[set[Transition], list[Rule]]:
+    """(observed transitions no rule admits, rules no observed transition witnesses).
+
+    A rule admits a transition with the same source, event and destination
+    whose waiters fact its guard allows.  Both results empty means the model
+    takes exactly the declared transitions.
+    """
+    rules = list(rules)
+    observed = set(observed)
+
+    def admits(rule: Rule, t: Transition) -> bool:
+        src, event, waiting, dst = t
+        return rule.source is src and rule.event is event and rule.dest is dst and rule.waiters.admits(waiting)
+
+    unexplained = {t for t in observed if not any(admits(r, t) for r in rules)}
+    unwitnessed = [r for r in rules if not any(admits(r, t) for t in observed)]
+    return unexplained, unwitnessed
