@@ -150,6 +150,10 @@ class LookupCore:
         try:
             state = self.states.get(key)
             req_id = req_context.req_id
+            # Inside the try: an unhashable req_id fails here, and must be
+            # reported as bad input like any other bad req_id.
+            if state is not None and req_id in state.waiters:
+                return state.verdict  # the same request asking again
         except (TypeError, AttributeError) as exc:
             raise _bad_lookup(key, req_context) from exc
         if state is None:
@@ -169,22 +173,22 @@ class LookupCore:
             self.step_batch.append((key, generation, req_id))
             self.stats.probes_created += 1
             return None
-        if req_id not in state.waiters:
-            # Another request joins the probe (its phase does not change).
-            if type(req_id) is not str:
-                raise _bad_lookup(key, req_context)
-            state.waiters.add(req_id)
-            keys = self.requests.get(req_id)
-            if keys is None:
-                self.requests[req_id] = {key}
-                self.contexts[req_id] = req_context
-            else:
-                keys.add(key)
-            phase = state.phase
-            if phase is PENDING:
-                self.stats.joins += 1
-            elif phase is IN_FLIGHT:
-                self.stats.in_flight_reuses += 1
+        # Another request joins the probe (its phase does not change); the
+        # early return above ruled out a request already waiting on it.
+        if type(req_id) is not str:
+            raise _bad_lookup(key, req_context)
+        state.waiters.add(req_id)
+        keys = self.requests.get(req_id)
+        if keys is None:
+            self.requests[req_id] = {key}
+            self.contexts[req_id] = req_context
+        else:
+            keys.add(key)
+        phase = state.phase
+        if phase is PENDING:
+            self.stats.joins += 1
+        elif phase is IN_FLIGHT:
+            self.stats.in_flight_reuses += 1
         return state.verdict
 
     # --- Flush ---------------------------------------------------------------

@@ -97,13 +97,6 @@ def test_lookup_rejects_unhashable_req_id_of_a_new_key(m: AsyncLookupManager) ->
     assert len(m) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="statemachine/core.py: for a key that already has a state, `req_id not in state.waiters` runs "
-    "outside the try that maps errors to InvalidInputError, so an unhashable req_id gives a bare "
-    "'unhashable type' TypeError (reported to the lead; core.py was being edited)",
-)
 def test_lookup_rejects_unhashable_req_id_of_an_existing_key(m: AsyncLookupManager) -> None:
     key = keys("stored", 1)[0]
     m.lookup(key, ReqContext("r0"))
