@@ -1,0 +1,161 @@
+"""Shared pieces of the benchmarks: the scheduler-shaped workload, the two
+managers behind one small adapter, and summary helpers.
+
+The workload models what the scheduler of a serving engine does with a slow
+tier.  Every step a few requests arrive; each waiting request looks up every
+block of its prompt (a few hundred keys) until it finishes a few steps later;
+prompts share prefixes (a system prompt, a document), so several requests ask
+for the same keys; the step ends with one flush.  Keys are 16-byte hashes
+followed by a 4-byte group index, as vLLM's offload keys are.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.baseline import BaselineManager
+from kvprobe.statemachine import AsyncLookupManager, ReqContext
+from kvprobe.statemachine.workers import ManualWorker
+
+__all__ = [
+    "Impl",
+    "Request",
+    "Row",
+    "StoredByHash",
+    "Workload",
+    "baseline_impl",
+    "fmt_ratio",
+    "summary",
+    "verified_impl",
+]
+
+
+@dataclass(frozen=True)
+class Request:
+    ctx: ReqContext
+    keys: tuple[bytes, ...]
+    finish_step: int
+
+
+@dataclass
+class Workload:
+    """A deterministic stream of requests (same seed, same stream)."""
+
+    steps: int = 120
+    arrivals_per_step: int = 8
+    life_steps: int = 4  # a request waits this many steps, then is cleaned up
+    keys_per_request: int = 256
+    shared_prefix: int = 128  # leading keys drawn from one of n_prefixes shared prefixes
+    n_prefixes: int = 16
+    stored_fraction: float = 0.5  # share of keys the tier holds
+    seed: int = 7
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self.prefixes = [tuple(self._key(i) for i in range(self.shared_prefix)) for _ in range(self.n_prefixes)]
+
+    def _key(self, group: int) -> bytes:
+        return self._rng.randbytes(16) + group.to_bytes(4, "little")
+
+    def schedule(self) -> Iterator[tuple[int, list[Request], list[Request]]]:
+        """Yield ``(step, waiting requests, requests finishing after this step)``."""
+        rng = random.Random(self.seed + 1)
+        self._rng = random.Random(self.seed + 2)
+        live: list[Request] = []
+        serial = 0
+        for step in range(self.steps):
+            for _ in range(self.arrivals_per_step):
+                prefix = self.prefixes[rng.randrange(self.n_prefixes)]
+                own = tuple(self._key(i) for i in range(len(prefix), self.keys_per_request))
+                live.append(Request(ReqContext(f"req-{serial}"), prefix + own, step + self.life_steps - 1))
+                serial += 1
+            finishing = [r for r in live if r.finish_step == step]
+            yield step, list(live), finishing
+            live = [r for r in live if r.finish_step != step]
+
+
+class StoredByHash:
+    """An in-memory tier whose content is a pure function of the key.
+
+    Unlike ``InMemoryBackend`` it keeps no call log, so long runs and the
+    memory benchmark do not measure the backend's own growth.
+    """
+
+    def __init__(self, fraction: float) -> None:
+        self.cut = int(256 * fraction)
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+        cut = self.cut
+        return [k[0] < cut for k in keys]
+
+
+@dataclass
+class Impl:
+    """One manager under test, driven the same way as the other."""
+
+    name: str
+    manager: Any
+    pump: Callable[[], bool]  # run the oldest submitted batch; False if none
+    phase_of: Callable[[bytes], str | None]  # "PENDING"/"IN_FLIGHT"/"RESOLVED"/None, without draining
+
+
+def verified_impl(backend: Any = None, *, fraction: float = 0.5) -> Impl:
+    backend = backend if backend is not None else StoredByHash(fraction)
+    m = AsyncLookupManager(backend, worker="manual")
+    worker = m.worker
+    assert isinstance(worker, ManualWorker)
+    states = m.core.states
+
+    def pump() -> bool:
+        batch = worker.take_batch()
+        if batch is None:
+            return False
+        for group in batch.groups:
+            worker.complete(group)
+        return True
+
+    def phase_of(key: bytes) -> str | None:
+        state = states.get(key)
+        return None if state is None else state.phase.name
+
+    return Impl("verified", m, pump, phase_of)
+
+
+def baseline_impl(backend: Any = None, *, fraction: float = 0.5) -> Impl:
+    backend = backend if backend is not None else StoredByHash(fraction)
+    m = BaselineManager(backend, worker="manual")
+    entries = m._entries
+
+    def phase_of(key: bytes) -> str | None:
+        entry = entries.get(key)
+        return None if entry is None else entry.phase.name
+
+    return Impl("baseline", m, m.run_batch, phase_of)
+
+
+# --- reporting ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the suite's table."""
+
+    bench: str
+    metric: str
+    value: str
+    detail: str = ""
+
+
+def summary(values: Sequence[float]) -> tuple[float, float, float]:
+    """(min, median, max)."""
+    return min(values), statistics.median(values), max(values)
+
+
+def fmt_ratio(values: Sequence[float]) -> str:
+    lo, med, hi = summary(values)
+    return f"{med:.2f}x (min {lo:.2f}, max {hi:.2f})"

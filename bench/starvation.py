@@ -1,0 +1,243 @@
+"""Is the scheduler starved while the worker probes a large batch?
+
+The scheduler thread's lookup rate (lookups per wall-clock second, all of
+already-resolved keys, as a waiting request re-scanning its prefix does) is
+measured twice in alternation:
+
+* idle: no probe in flight;
+* busy: right after a flush that hands the worker ``groups`` request groups
+  totalling ``n_keys`` files, until the last group's verdicts are applied.
+
+The busy/idle ratio is reported per repetition (each busy window against the
+idle window just before it), for ``NixlPosixBackend`` (the whole group is one
+``query_memory`` call that stats in C++ without the GIL; the per-key path
+strings are still built in Python), for ``FsBackend`` (a pure-Python
+``os.stat`` loop: the GIL is released only inside each stat), and for
+``ChunkedFs``, FsBackend with a ``time.sleep(0)`` every ``chunk`` keys: a
+sketch, kept here, of the change proposed for ``backends/fs.py``.
+
+A control row, ``control: GIL-free C``, runs a backend that spends about
+``control_us`` per key hashing a buffer with ``hashlib`` (which drops the GIL)
+and holds the GIL for nothing else: it shows what a perfectly GIL-free worker
+leaves the scheduler on this machine at this moment, i.e. how much of the
+drop is CPU contention (2 cores shared with other jobs) rather than the GIL.
+
+The figure depends on whether the worker finds a free core: this machine
+has 2 cores shared with other jobs, so the spread is reported.
+
+Run: ``python -m bench.starvation [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.common import Row
+from bench.trees import block_tree
+from kvprobe.backends.fs import FsBackend
+from kvprobe.statemachine import AsyncLookupManager, ReqContext
+
+__all__ = ["ChunkedFs", "main", "measure", "rows"]
+
+
+class GilFreeControl:
+    """Burns about ``us_per_key`` of CPU per key in C with the GIL released."""
+
+    def __init__(self, us_per_key: float) -> None:
+        self.us_per_key = us_per_key
+        self.buf = bytes(1 << 20)
+        start = time.perf_counter()
+        hashlib.sha256(self.buf).digest()
+        self.mb_s = 1e-6 / max(time.perf_counter() - start, 1e-9)  # MB hashed per microsecond
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+        rounds = max(1, int(len(keys) * self.us_per_key * self.mb_s))
+        for _ in range(rounds):
+            hashlib.sha256(self.buf).digest()
+        return [False] * len(keys)
+
+
+def chunked_nixl(root: str, chunk: int = 512) -> Any:
+    """NixlPosixBackend calling ``query_memory`` per ``chunk`` keys (a proposal, measured).
+
+    The whole-group call first builds every path in Python (GIL held for
+    milliseconds on a large group, so a waiting scheduler waits for the 5 ms
+    switch interval); per chunk, the GIL-free query in between hands the GIL
+    over every ``chunk`` keys.
+    """
+    from kvprobe.backends.nixl_posix import NixlPosixBackend
+
+    class ChunkedNixl(NixlPosixBackend):
+        def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+            out: list[bool] = []
+            for start in range(0, len(keys), chunk):
+                out.extend(super().batch_lookup(keys[start : start + chunk], req_context))
+            return out
+
+    return ChunkedNixl(root)
+
+
+class ChunkedFs(FsBackend):
+    """FsBackend that yields the GIL every ``chunk`` keys (a proposal, measured)."""
+
+    def __init__(self, root: str, chunk: int = 256) -> None:
+        super().__init__(root)
+        self.chunk = chunk
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+        out: list[bool] = []
+        step = self.chunk
+        for start in range(0, len(keys), step):
+            out.extend(super().batch_lookup(keys[start : start + step], req_context))
+            # sleep(0) drops the GIL, so a waiting scheduler thread runs now
+            # rather than at the end of the 5 ms switch interval.
+            time.sleep(0)
+        return out
+
+
+def _until(deadline: float) -> Callable[[], bool]:
+    return lambda: time.perf_counter() >= deadline
+
+
+def _rate(m: AsyncLookupManager, pairs: Sequence[tuple[bytes, ReqContext]], until: Callable[[], bool]) -> float:
+    """Lookups per second while ``until()`` is False (at least one pass)."""
+    lookup = m.lookup
+    done = 0
+    t0 = time.perf_counter()
+    while True:
+        for key, ctx in pairs:
+            lookup(key, ctx)
+        done += len(pairs)
+        if until():
+            break
+    return done / (time.perf_counter() - t0)
+
+
+def _one(
+    backend: Any, keys: Sequence[bytes], groups: int, repeats: int, idle_s: float
+) -> list[tuple[float, float, float]]:
+    """[(idle rate, busy rate, busy seconds)] per repetition."""
+    out = []
+    hot_ctx = ReqContext("hot")
+    hot = keys[:256]
+    big = keys[256:]
+    per = -(-len(big) // groups)
+    with AsyncLookupManager(backend, name="starvation") as m:
+        for key in hot:
+            m.lookup(key, hot_ctx)
+        m.flush()
+        while m.core.outstanding:
+            time.sleep(0.001)
+            m.drain_results()
+        pairs = [(k, hot_ctx) for k in hot]
+        for rep in range(repeats):
+            deadline = time.perf_counter() + idle_s
+            idle = _rate(m, pairs, _until(deadline))
+            ctxs = [ReqContext(f"big-{rep}-{g}") for g in range(groups)]
+            for g, ctx in enumerate(ctxs):
+                for key in big[g * per : (g + 1) * per]:
+                    m.lookup(key, ctx)
+            m.flush()
+            t0 = time.perf_counter()
+            busy = _rate(m, pairs, lambda: not m.core.outstanding)
+            out.append((idle, busy, time.perf_counter() - t0))
+            for ctx in ctxs:
+                m.cleanup(ctx.req_id)
+    return out
+
+
+def measure(
+    n_keys: int, groups: int, repeats: int, idle_s: float = 0.3, control_us: float = 8.0
+) -> dict[str, list[tuple[float, float, float]]]:
+    from kvprobe.backends.nixl_posix import NixlPosixBackend
+
+    results: dict[str, list[tuple[float, float, float]]] = {}
+    with block_tree(n_keys + 256) as (root, keys):
+        makers: dict[str, Callable[[], Any]] = {
+            "NixlPosixBackend": lambda: NixlPosixBackend(root),
+            "NixlPosix chunked(512)": lambda: chunked_nixl(root, 512),
+            "FsBackend": lambda: FsBackend(root),
+            "ChunkedFs(256)": lambda: ChunkedFs(root, 256),
+            "control: GIL-free C": lambda: GilFreeControl(control_us),
+        }
+        # Backends alternate within each round, so slow phases of the
+        # machine are shared; each round is one repetition of each.
+        for name in makers:
+            results[name] = []
+        for _ in range(repeats):
+            for name, make in makers.items():
+                backend = make()
+                try:
+                    results[name] += _one(backend, keys, groups, 1, idle_s)
+                finally:
+                    close = getattr(backend, "close", None)
+                    if close is not None:
+                        close()
+    return results
+
+
+def _ratios(res: list[tuple[float, float, float]]) -> list[float]:
+    return [busy / idle for idle, busy, _ in res]
+
+
+def report(results: dict[str, list[tuple[float, float, float]]], n_keys: int, groups: int) -> str:
+    lines = [
+        f"{n_keys} files in {groups} request groups per busy window\n",
+        "| backend | busy/idle lookup rate, median (min-max) | idle lookups/s | busy window s (median) |",
+        "|---|---|---|---|",
+    ]
+    for name, res in results.items():
+        r = _ratios(res)
+        idle = statistics.median(i for i, _, _ in res)
+        window = statistics.median(w for _, _, w in res)
+        lines.append(
+            f"| {name} | {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) | {idle:,.0f} | {window:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _params(quick: bool) -> tuple[int, int, int]:
+    return (8_000, 4, 3) if quick else (40_000, 4, 5)
+
+
+def rows(quick: bool) -> list[Row]:
+    n_keys, groups, repeats = _params(quick)
+    res = measure(n_keys, groups, repeats)
+    out = []
+    for name, r in res.items():
+        ratios = _ratios(r)
+        window = statistics.median(w for _, _, w in r)
+        out.append(
+            Row(
+                "starvation",
+                f"{name}: busy/idle rate",
+                f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})",
+                f"{n_keys} files / {groups} groups, window {window:.2f} s",
+            )
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--keys", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args(argv)
+    logging.disable(logging.INFO)  # NIXL logs every agent it creates at INFO
+    n_keys, groups, repeats = _params(args.quick)
+    n_keys = args.keys or n_keys
+    repeats = args.repeats or repeats
+    print(report(measure(n_keys, groups, repeats), n_keys, groups))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

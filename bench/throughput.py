@@ -1,0 +1,153 @@
+"""Backend throughput in keys per second.
+
+* Files: ``FsBackend`` (Python ``os.stat`` loop) against ``NixlPosixBackend``
+  (one ``query_memory`` call per group) on the same tree, ``group`` keys per
+  call, calls alternating between the two backends.
+* Object store: on one local S3 server (``moto_server`` through
+  :class:`kvprobe.testing.s3server.S3Server`; DESIGN notes that ``rclone serve
+  s3`` is ~10x faster, but it is not installed here), one NIXL OBJ
+  ``batch_lookup`` for N keys against N sequential ``head_object`` calls with
+  boto3, for several ``num_threads``.  moto handles requests one at a time in
+  Python, so the server, not the client, bounds every figure in that table.
+
+Backends are called directly (no manager): this is the tier's speed.
+Run: ``python -m bench.throughput [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.common import Row
+from bench.trees import block_tree
+from kvprobe.backends.fs import FsBackend
+
+__all__ = ["main", "measure_files", "measure_obj", "rows"]
+
+
+def _keys_per_s(backend: Any, keys: Sequence[bytes]) -> float:
+    t0 = time.perf_counter()
+    backend.batch_lookup(keys, None)
+    return len(keys) / (time.perf_counter() - t0)
+
+
+def measure_files(n_keys: int, group: int, repeats: int) -> dict[str, list[float]]:
+    from kvprobe.backends.nixl_posix import NixlPosixBackend
+
+    out: dict[str, list[float]] = {"FsBackend": [], "NixlPosixBackend": []}
+    with block_tree(n_keys) as (root, keys):
+        fs = FsBackend(root)
+        nixl = NixlPosixBackend(root)
+        try:
+            answers = (fs.batch_lookup(keys[:group], None), nixl.batch_lookup(keys[:group], None))
+            assert answers[0] == answers[1], "FsBackend and NixlPosixBackend disagree on the same tree"
+            for rep in range(repeats):
+                for start in range(0, n_keys, group):
+                    chunk = keys[start : start + group]
+                    pair = [("FsBackend", fs), ("NixlPosixBackend", nixl)]
+                    for name, backend in pair if (rep + start) % 2 == 0 else pair[::-1]:
+                        out[name].append(_keys_per_s(backend, chunk))
+        finally:
+            nixl.close()
+    return out
+
+
+def measure_obj(n_keys: int, threads: Sequence[int], repeats: int) -> dict[str, list[float]]:
+    import random
+
+    from botocore.exceptions import ClientError
+
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+    from kvprobe.testing.s3server import S3Server
+
+    rng = random.Random(5)
+    keys = [rng.randbytes(20) for _ in range(n_keys)]
+    out: dict[str, list[float]] = {}
+    server = S3Server()
+    try:
+        server.start()
+        server.create_bucket("kvprobe-bench")
+        creds = server.credentials()
+        backends = {t: NixlObjBackend("kvprobe-bench", num_threads=t, **creds) for t in threads}
+        first = backends[threads[0]]
+        for key in keys[::2]:
+            first.store(key)
+        client = server.client()
+
+        def heads() -> list[bool]:
+            found = []
+            for key in keys:
+                try:
+                    client.head_object(Bucket="kvprobe-bench", Key=first.locate(key))
+                    found.append(True)
+                except ClientError:
+                    found.append(False)
+            return found
+
+        expected = [i % 2 == 0 for i in range(n_keys)]
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            assert heads() == expected
+            out.setdefault("boto3 sequential HEAD", []).append(n_keys / (time.perf_counter() - t0))
+            for t, backend in backends.items():
+                t0 = time.perf_counter()
+                assert backend.batch_lookup(keys, None) == expected
+                out.setdefault(f"NIXL OBJ, num_threads={t}", []).append(n_keys / (time.perf_counter() - t0))
+        for backend in backends.values():
+            backend.close()
+    finally:
+        server.close()
+    return out
+
+
+def _line(name: str, values: list[float]) -> str:
+    return f"| {name} | {statistics.median(values):,.0f} | {min(values):,.0f}-{max(values):,.0f} | {len(values)} |"
+
+
+def report(files: dict[str, list[float]], obj: dict[str, list[float]]) -> str:
+    head = ["| backend | keys/s (median) | min-max | calls |", "|---|---|---|---|"]
+    lines = ["files", *head, *(_line(n, v) for n, v in files.items())]
+    lines += ["", "object store (moto_server, loopback)", *head, *(_line(n, v) for n, v in obj.items())]
+    return "\n".join(lines)
+
+
+def _params(quick: bool) -> tuple[int, int, int, int, tuple[int, ...], int]:
+    # files: keys, keys per call, repeats; object store: keys, num_threads, repeats
+    return (8_000, 2_000, 2, 60, (1, 16), 1) if quick else (40_000, 5_000, 3, 200, (1, 4, 16, 32), 3)
+
+
+def rows(quick: bool) -> list[Row]:
+    n, group, reps, n_obj, threads, obj_reps = _params(quick)
+    files = measure_files(n, group, reps)
+    obj = measure_obj(n_obj, threads, obj_reps)
+    out = [
+        Row("throughput", f"files: {name}", f"{statistics.median(v):,.0f} keys/s", f"{group} keys per call")
+        for name, v in files.items()
+    ]
+    ratio = statistics.median(files["NixlPosixBackend"]) / statistics.median(files["FsBackend"])
+    out.append(Row("throughput", "files: NIXL POSIX / FsBackend", f"{ratio:.2f}x", "same tree"))
+    out += [
+        Row("throughput", f"S3: {name}", f"{statistics.median(v):,.0f} keys/s", f"{n_obj} keys, moto_server")
+        for name, v in obj.items()
+    ]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    logging.disable(logging.INFO)  # NIXL logs every agent it creates at INFO
+    n, group, reps, n_obj, threads, obj_reps = _params(args.quick)
+    print(report(measure_files(n, group, reps), measure_obj(n_obj, threads, obj_reps)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
