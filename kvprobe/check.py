@@ -238,8 +238,8 @@ def format_trace(steps: Sequence[Step]) -> str:
     lines: list[str] = []
     previous: dict[str, str] = {}
     for step in steps:
-        if not step.values:
-            lines.append(f"  {step.number}. {step.action}")
+        if not step.values:  # the end of a lasso: "Back to state N" or "Stuttering"
+            lines.append(f"  -> {step.action}")
             continue
         changed = {k: v for k, v in step.values.items() if previous.get(k) != v}
         lines.append(f"  {step.number}. {step.action}")
@@ -282,14 +282,18 @@ def _check_trace(path: Path, workers: int, quiet: bool) -> int:
             (Path(tmp) / tla.name).write_text(tla.read_text())
         cfg_path = Path(tmp) / "TraceRun.cfg"
         cfg_path.write_text(cfg)
-        result = run_tlc(spec, cfg_path, workers=workers, on_message=None if quiet else _progress)
+        # A dead end only means that interleaving does not match the trace:
+        # -deadlock turns TLC 2.15's deadlock check off for this run.
+        result = run_tlc(
+            spec, cfg_path, workers=workers, extra_args=["-deadlock"], on_message=None if quiet else _progress
+        )
     if result.outcome == "invariant" and result.property == "TraceUnfinished":
         print(f"kvprobe check --trace {path}: ACCEPTED, all {len(events)} events: {_summary(result)}")
         return EXIT_OK
     if result.outcome == "ok":
         print(
             f"kvprobe check --trace {path}: REJECTED: no behaviour of the model matches all {len(events)} events "
-            f"(the longest match ends at depth {result.depth}): {_summary(result)}"
+            f"(TLC search depth {result.depth}): {_summary(result)}"
         )
         return EXIT_TRACE_REJECTED
     _report(result, f"--trace {path}", [])

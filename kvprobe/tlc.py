@@ -37,8 +37,13 @@ __all__ = [
     "TlcResult",
     "find_java",
     "find_jar",
+    "ModelValue",
     "parse_messages",
+    "parse_state",
     "parse_steps",
+    "parse_value",
+    "read_state_graph",
+    "read_trace",
     "run_tlc",
     "tla_dir",
     "trace_to_tla",
@@ -215,7 +220,11 @@ def parse_steps(messages: Iterable[Message]) -> list[Step]:
         if head is None:
             continue
         number, label = int(head.group(1)), head.group(2).strip()
-        action_match = _ACTION.match(label)
+        action_match = _ACTION.match(label.removeprefix("Back to state: ").removeprefix("Back to state "))
+        if msg.code == MSG_BACK_TO_STATE or label.startswith("Back to state"):
+            via = action_match.group(1) if action_match else label
+            steps.append(Step(number, f"Back to state {number} (via {via}): the behaviour loops from here", {}))
+            continue
         if label == "<Initial predicate>":
             action = "Init"
         elif action_match:

@@ -15,7 +15,7 @@
 (* TraceUnfinished is violated exactly when some behaviour consumes the    *)
 (* whole log: a violation means the trace is ACCEPTED.                     *)
 (***************************************************************************)
-EXTENDS KVProbe
+EXTENDS KVProbe, TLC
 
 CONSTANT Log
 

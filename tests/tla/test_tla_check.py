@@ -1,0 +1,163 @@
+"""``kvprobe check``: the default model passes, every mutant and the reachability config fail as intended."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import kvprobe.tlc
+from kvprobe import check
+from kvprobe.check import (
+    EXIT_CHECKER_MISSING,
+    EXIT_DEADLOCK,
+    EXIT_INVARIANT,
+    EXIT_LIVENESS,
+    EXIT_OK,
+    EXIT_SPEC_ERROR,
+    EXIT_USAGE,
+    MUTANTS,
+    main,
+)
+from kvprobe.tlc import tla_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The property TLC reports first for each mutant on tla/default.cfg
+#: (breadth-first, so the shortest counterexample wins).
+CAUGHT_BY = {
+    "flush-submits-cleaned": "EnqueueOnce",
+    "cleanup-drops-in-flight": "NoDuplicateProbe",
+    "stale-result-applied": "StaleGenerationDropped",
+    "double-result": "ForcedMissSticks",
+    "worker-error-drops-batch": "NothingLeaks",
+    "orphan-never-reclaimed": "NothingLeaks",
+    "mark-miss-in-flight-unguarded": "VerdictIffResolved",
+}
+
+
+def test_mutant_names_match_the_model_and_the_docs() -> None:
+    model = (tla_dir() / "KVProbe.tla").read_text()
+    declared = re.search(r"Mutants == \{(.*?)\}", model, re.DOTALL)
+    assert declared is not None
+    assert set(re.findall(r'"([\w-]+)"', declared.group(1))) == {"none", *MUTANTS}
+    doc = (ROOT / "docs" / "properties.md").read_text()
+    assert set(re.findall(r"^\| `([a-z]+(?:-[a-z]+)+)` \|", doc, re.MULTILINE)) == set(MUTANTS)
+    assert set(CAUGHT_BY) == set(MUTANTS)
+
+
+def test_invariant_names_match_the_docs() -> None:
+    doc = (ROOT / "docs" / "properties.md").read_text()
+    documented = set(re.findall(r"^\| `(\w+)`", doc, re.MULTILINE)) - {m for m in MUTANTS}
+    model = (tla_dir() / "KVProbe.tla").read_text()
+    defined = set(re.findall(r"^(\w+) ==", model, re.MULTILINE))
+    assert documented <= defined, documented - defined
+    default = (tla_dir() / "default.cfg").read_text()
+    assert documented <= set(re.findall(r"^\s+(\w+)\s*$", default, re.MULTILINE)), "default.cfg checks every property"
+
+
+def test_list_names_configs_and_mutants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list"]) == EXIT_OK
+    out = capsys.readouterr().out
+    for name in ("default", "reach", "keys2", "deep", "liveness", *MUTANTS):
+        assert re.search(rf"^\s+{re.escape(name)}\b", out, re.MULTILINE), name
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    for code in (EXIT_OK, EXIT_INVARIANT, EXIT_LIVENESS, EXIT_DEADLOCK, EXIT_SPEC_ERROR, EXIT_CHECKER_MISSING):
+        assert re.search(rf"^\s+{code}\s+\w", out, re.MULTILINE), code
+
+
+def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--mutant", "no-such-mutant"]) == EXIT_USAGE
+    assert main(["--config", "no-such-config"]) == EXIT_USAGE
+    assert main(["--workers", "0"]) == EXIT_USAGE
+    assert "no-such-mutant" in capsys.readouterr().err
+
+
+def test_java_missing_is_reported_with_the_package(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    assert main(["--quiet"]) == EXIT_CHECKER_MISSING
+    assert "openjdk-17-jre-headless" in capsys.readouterr().err
+
+
+def test_tampered_jar_is_refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(kvprobe.tlc, "TLA2TOOLS_SHA256", "0" * 64)
+    assert main(["--quiet"]) == EXIT_CHECKER_MISSING
+    assert "sha256" in capsys.readouterr().err
+
+
+@pytest.fixture
+def scratch_tla(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of tla/ that kvprobe check uses (through $KVPROBE_TLA_DIR)."""
+    folder = tmp_path / "tla"
+    shutil.copytree(tla_dir(), folder)
+    monkeypatch.setenv("KVPROBE_TLA_DIR", str(folder))
+    return folder
+
+
+@pytest.mark.tlc
+def test_spec_error_is_its_own_exit_code(scratch_tla: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (scratch_tla / "broken.cfg").write_text(
+        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n Mutant = "none"\nSPECIFICATION Spec\nINVARIANT NoSuchThing\n'
+    )
+    assert main(["--quiet", "--config", "broken"]) == EXIT_SPEC_ERROR
+    assert "SPEC ERROR" in capsys.readouterr().out
+
+
+@pytest.mark.tlc
+def test_deadlock_is_its_own_exit_code(scratch_tla: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Without the final stutter, the state after Shutdown has no successor.
+    (scratch_tla / "stuck.cfg").write_text(
+        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n Mutant = "none"\nINIT Init\nNEXT SchedulerNext\n'
+    )
+    assert main(["--quiet", "--config", "stuck"]) == EXIT_DEADLOCK
+    out = capsys.readouterr().out
+    assert "DEADLOCK" in out
+    assert "Shutdown" in out
+
+
+@pytest.mark.tlc
+def test_default_config_passes_and_reports_its_state_count(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quiet"]) == EXIT_OK
+    out = capsys.readouterr().out
+    summary = re.search(r"OK, no violation: (\d+) states generated, (\d+) distinct states", out)
+    assert summary is not None, out
+    assert int(summary.group(2)) > 10_000
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_every_mutant_is_caught_with_a_trace(mutant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quiet", "--mutant", mutant]) == EXIT_INVARIANT
+    out = capsys.readouterr().out
+    assert f"VIOLATED safety property {CAUGHT_BY[mutant]}" in out
+    steps = re.findall(r"^  (\d+)\. (\w+)$", out, re.MULTILINE)
+    assert [int(n) for n, _ in steps] == list(range(1, len(steps) + 1))
+    assert steps[0][1] == "Init" and len(steps) >= 3
+
+
+@pytest.mark.tlc
+def test_lost_failure_is_a_liveness_violation(capsys: pytest.CaptureFixture[str]) -> None:
+    # With NothingLeaks left out (liveness.cfg), the lost group is caught by liveness.
+    assert main(["--quiet", "--config", "liveness"]) == EXIT_OK
+    assert main(["--quiet", "--config", "liveness", "--mutant", "worker-error-drops-batch"]) == EXIT_LIVENESS
+    out = capsys.readouterr().out
+    assert "VIOLATED liveness property EventuallyReclaimed" in out
+    assert "-> Back to state" in out or "-> Stuttering" in out
+
+
+@pytest.mark.tlc
+def test_reachability_witnesses_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quiet", "--config", "reach"]) == EXIT_OK
+    out = capsys.readouterr().out
+    reached = re.findall(r"^reached: (\w+) is violated", out, re.MULTILINE)
+    assert reached == check._properties((tla_dir() / "reach.cfg").read_text())
+    assert len(reached) == 5
