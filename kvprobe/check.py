@@ -173,7 +173,14 @@ def _properties(cfg: str) -> list[str]:
     for line in cfg.splitlines():
         words = line.split("\\*")[0].split()
         for word in words:
-            if word.isupper() and word in ("PROPERTY", "PROPERTIES", "INVARIANT", "INVARIANTS", "CONSTANTS", "CONSTANT"):
+            if word.isupper() and word in (
+                "PROPERTY",
+                "PROPERTIES",
+                "INVARIANT",
+                "INVARIANTS",
+                "CONSTANTS",
+                "CONSTANT",
+            ):
                 section = word
             elif word.isupper() and word in ("INIT", "NEXT", "SPECIFICATION", "SYMMETRY", "VIEW"):
                 section = word
@@ -192,7 +199,9 @@ def _run(spec: Path, cfg_text: str, workers: int, quiet: bool, extra: dict[str, 
 def _progress(msg: Message) -> None:
     text = msg.text.strip()
     if msg.code == 2200:  # Progress(depth) at ...: N states generated ..., M distinct states found, Q left
-        found = re.search(r"Progress\((\d+)\).*?([\d,]+) states generated.*?([\d,]+) distinct.*?([\d,]+) states left", text)
+        found = re.search(
+            r"Progress\((\d+)\).*?([\d,]+) states generated.*?([\d,]+) distinct.*?([\d,]+) states left", text
+        )
         if found:
             depth, gen, distinct, left = found.groups()
             print(f"  ... depth {depth}: {distinct} distinct states, {gen} generated, {left} on queue", file=sys.stderr)

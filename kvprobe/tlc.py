@@ -33,11 +33,11 @@ __all__ = [
     "TLA2TOOLS_SHA256",
     "CheckerMissing",
     "Message",
+    "ModelValue",
     "Step",
     "TlcResult",
-    "find_java",
     "find_jar",
-    "ModelValue",
+    "find_java",
     "parse_messages",
     "parse_state",
     "parse_steps",
@@ -186,7 +186,8 @@ _END = re.compile(r"^@!@!@ENDMSG (\d+) @!@!@$")
 
 def parse_messages(lines: Iterable[str]) -> Iterator[Message]:
     """Split ``-tool`` output into messages; text outside any frame becomes code 0."""
-    code, cls, body = 0, 0, []
+    code, cls = 0, 0
+    body: list[str] = []
     inside = False
     for raw in lines:
         line = raw.rstrip("\n")

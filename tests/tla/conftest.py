@@ -24,7 +24,9 @@ def safety_only(cfg_text: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def default_graph(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
+def default_graph(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
     """TLC's explored state graph of tla/default.cfg (invariants checked, no liveness)."""
     folder = tmp_path_factory.mktemp("graph")
     cfg = folder / "graph.cfg"

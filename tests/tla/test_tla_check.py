@@ -81,7 +81,9 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no-such-mutant" in capsys.readouterr().err
 
 
-def test_java_missing_is_reported_with_the_package(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_java_missing_is_reported_with_the_package(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("JAVA_HOME", raising=False)
     assert main(["--quiet"]) == EXIT_CHECKER_MISSING
@@ -106,7 +108,8 @@ def scratch_tla(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.tlc
 def test_spec_error_is_its_own_exit_code(scratch_tla: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (scratch_tla / "broken.cfg").write_text(
-        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n Mutant = "none"\nSPECIFICATION Spec\nINVARIANT NoSuchThing\n'
+        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n Mutant = "none"\n'
+        "SPECIFICATION Spec\nINVARIANT NoSuchThing\n"
     )
     assert main(["--quiet", "--config", "broken"]) == EXIT_SPEC_ERROR
     assert "SPEC ERROR" in capsys.readouterr().out
