@@ -74,6 +74,12 @@ def _by_source(event: Event) -> tuple[dict[str, LookupPhase | None], dict[str, L
 
 
 _DRAIN_NEXT = _by_source(Event.DRAIN)
+# What a result does to an IN_FLIGHT probe somebody waits on: the row apply()
+# meets for nearly every key, so it is looked up once here.
+_answered = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
+if _answered is not RESOLVED:
+    raise ImportError("lifecycle no longer resolves an answered in-flight probe; LookupCore.apply must follow it")
+_ANSWERED: LookupPhase = _answered
 _CLEANUP_NEXT = _by_source(Event.CLEANUP)
 _MARK_MISS_NEXT = _by_source(Event.MARK_MISS)
 
@@ -281,6 +287,8 @@ class LookupCore:
         )
         states = self.states
         next_phase = _DRAIN_NEXT
+        in_flight = IN_FLIGHT
+        answered = _ANSWERED
         # Counted locally and added once: a stats attribute update per key
         # costs as much as the state change itself.
         hits = misses = 0
@@ -291,6 +299,15 @@ class LookupCore:
                 stats.stale_results_dropped += 1
                 continue
             source = state.phase
+            if source is in_flight and state.waiters:
+                # The common row, read from NEXT_PHASE at import (_ANSWERED).
+                state.phase = answered
+                state.verdict = verdict
+                if verdict:
+                    hits += 1
+                else:
+                    misses += 1
+                continue
             dest = next_phase[not state.waiters].get(source._value_, source)
             if dest is ABSENT:
                 del states[key]
