@@ -4,7 +4,8 @@
   properties that must fail, one TLC run each; ``kvprobe check --config
   reach`` times it) is run through :func:`kvprobe.tlc.run_tlc`, as ``kvprobe
   check`` does: distinct states, states generated, wall time, distinct states
-  per second.  ``--quick`` runs only ``default``.
+  per second.  Configs whose first comment line says "(long)" run only with
+  ``--long``; ``--quick`` runs only ``default``.
 * Hypothesis: the shipped stateful machine
   (:func:`kvprobe.testing.stateful.lookup_machine`, manual worker, in-memory
   tier) under the ``ci`` profile when one is registered (else an equivalent
@@ -29,7 +30,7 @@ from bench.common import Row
 __all__ = ["hypothesis_rate", "main", "rows", "tlc_costs"]
 
 
-def tlc_costs(quick: bool, workers: int = 1) -> list[dict[str, Any]]:
+def tlc_costs(quick: bool, workers: int = 1, long: bool = False) -> list[dict[str, Any]]:
     try:
         from kvprobe.tlc import run_tlc, tla_dir
     except ImportError as exc:
@@ -37,8 +38,8 @@ def tlc_costs(quick: bool, workers: int = 1) -> list[dict[str, Any]]:
     folder = tla_dir()
     out: list[dict[str, Any]] = []
     for cfg in sorted(folder.glob("*.cfg")):
-        text = cfg.read_text()
-        if "reachability" in text.splitlines()[0] or (quick and cfg.stem != "default"):
+        first = cfg.read_text().splitlines()[0]
+        if "reachability" in first or (quick and cfg.stem != "default") or ("(long)" in first and not long):
             continue
         t0 = time.perf_counter()
         try:
@@ -146,8 +147,9 @@ def rows(quick: bool) -> list[Row]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--long", action="store_true", help="also the configs marked (long)")
     args = parser.parse_args(argv)
-    print(report(tlc_costs(args.quick), hypothesis_rate()))
+    print(report(tlc_costs(args.quick, long=args.long), hypothesis_rate()))
     return 0
 
 
