@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hypothesis import HealthCheck, settings, target
+from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -365,6 +365,7 @@ def lookup_machine(
     manual = worker == "manual"
 
     key_pool, req_pool = tuple(keys), tuple(reqs)
+    lookup_op = st.tuples(st.just("lookup"), st.sampled_from(key_pool), st.sampled_from(req_pool))
 
     class LookupMachine(RuleBasedStateMachine):
         """Drives a real manager and the reference model side by side."""
@@ -511,10 +512,15 @@ def lookup_machine(
         @precondition(lambda self: self._open())
         @rule(
             ops=st.lists(
+                # Mostly lookups, as in a real step; cleanup and mark_miss reclaim
+                # probes, so too many of them would starve the worker's side.
                 st.one_of(
-                    st.tuples(st.just("lookup"), st.sampled_from(key_pool), st.sampled_from(req_pool)),
+                    lookup_op,
+                    lookup_op,
+                    lookup_op,
                     st.tuples(st.just("cleanup"), st.sampled_from(req_pool)),
                     st.tuples(st.just("mark_miss"), st.sampled_from(key_pool)),
+                    st.tuples(st.just("set_stored"), st.sampled_from(key_pool), st.booleans()),
                 ),
                 min_size=1,
                 max_size=5,
@@ -522,7 +528,8 @@ def lookup_machine(
             flush=st.booleans(),
         )
         def SchedulerStep(self, ops: list[tuple[Any, ...]], flush: bool) -> None:
-            """A scheduler step: several Lookup/Cleanup/MarkMiss actions, then maybe Flush.
+            """A scheduler step: several Lookup/Cleanup/MarkMiss actions (and ground-truth
+            changes between them), then maybe Flush.
 
             The same actions as the single rules (each one is compared and
             traced), bundled so that the deep interleavings come within reach.
@@ -532,6 +539,8 @@ def lookup_machine(
                     self.Lookup(op[1], op[2])
                 elif op[0] == "cleanup":
                     self.Cleanup(op[1])
+                elif op[0] == "set_stored":
+                    self.set_stored(op[1], op[2])
                 else:
                     self.MarkMiss([op[1]])
             if flush:
@@ -581,6 +590,22 @@ def lookup_machine(
             batch = worker_obj.take_batch()
             self.s, groups = model.take_batch(self.s)
             assert batch is not None and tuple(_group(g) for g in batch.groups) == groups
+
+        @precondition(lambda self: manual and self._open() and bool(self.s.queue))
+        @rule()
+        def WorkerServesBatch(self) -> None:
+            """TakeBatch, then CompleteGroup for each of its groups, in order (what an
+            unhurried worker does; the single rules give the other interleavings)."""
+            worker_obj = self.m.worker
+            assert isinstance(worker_obj, ManualWorker)
+            batch = worker_obj.take_batch()
+            self.s, groups = model.take_batch(self.s)
+            assert batch is not None and tuple(_group(g) for g in batch.groups) == groups
+            for group in groups:
+                truth = self._truth(group)
+                self._expect_call(group)
+                worker_obj.complete(worker_obj.taken[group.group_id])
+                self.s = model.complete_group(self.s, group.group_id, truth)
 
         @precondition(lambda self: manual and self._open() and bool(self.s.taken))
         @rule(index=st.integers(0, 7))
@@ -747,11 +772,13 @@ def run_conformance(
     steps: int = 50,
     worker: str = "manual",
     derandomize: bool = False,
+    shrink: bool = True,
 ) -> ConformanceResult:
     """Run the machine against ``factory``'s backend; never raises for a failed run.
 
-    On failure, ``failure`` holds the error and Hypothesis's minimal failing
-    example (the steps that reproduce it).
+    On failure, ``failure`` holds the error and Hypothesis's failing example
+    (the steps that reproduce it; minimal unless ``shrink`` is False, which
+    saves the shrinking time).
 
     Raises:
         TypeError: the factory's first result is not a usable target (the
@@ -770,6 +797,7 @@ def run_conformance(
         derandomize=derandomize,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
+        phases=tuple(p for p in Phase if shrink or p is not Phase.shrink),
     )
     lines: list[str] = []
     start = time.monotonic()

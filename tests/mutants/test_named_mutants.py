@@ -53,8 +53,9 @@ SEARCH = settings(
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    subs = getattr(exc, "exceptions", None)  # an ExceptionGroup (Python >= 3.11) of distinct failures
+    if isinstance(subs, tuple):
+        return [leaf for sub in subs for leaf in _leaves(sub)]
     return [exc]
 
 

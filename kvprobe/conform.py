@@ -1,0 +1,96 @@
+"""``kvprobe conform MODULE:FACTORY``: the stateful machine against your backend.
+
+The factory is a zero-argument callable, importable as ``MODULE:FACTORY``,
+that returns a fresh tier and the means to set its ground truth: a
+:class:`kvprobe.testing.stateful.Target`, any ``BlockStore`` (an object with
+``batch_lookup``, ``store`` and ``remove``), or a ``(backend, store, remove)``
+tuple.  It is called once per generated run; the machine removes its pool of
+keys first, then stores and removes blocks between steps and checks every
+verdict the manager reports against what it stored, along with the rest of
+the contract (see :mod:`kvprobe.testing.stateful`).
+
+Exit status: 0 when every example passed, 1 when the machine found a failing
+example (printed, minimal, with the steps that reproduce it), 2 for a usage
+error (bad arguments, a factory that cannot be imported or returns the wrong
+thing).
+
+Example::
+
+    kvprobe conform kvprobe.testing.stateful:memory_factory --examples 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from kvprobe.testing.stateful import run_conformance
+
+__all__ = ["load_factory", "main"]
+
+
+def load_factory(spec: str) -> Callable[[], object]:
+    """Import ``MODULE:FACTORY`` (attribute paths like ``mod:Class.make`` work).
+
+    Raises:
+        ValueError: ``spec`` is not ``MODULE:NAME`` or names something not callable.
+        ImportError: the module cannot be imported.
+        AttributeError: the module has no such attribute.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"expected MODULE:FACTORY, got {spec!r}")
+    obj: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{spec} is a {type(obj).__name__}, not a callable factory")
+    return obj
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the conformance machine; return the exit status (0 pass, 1 fail, 2 usage)."""
+    parser = argparse.ArgumentParser(
+        prog="kvprobe conform",
+        description="Run kvprobe's stateful conformance machine against a backend factory.",
+    )
+    parser.add_argument("factory", metavar="MODULE:FACTORY", help="zero-argument callable returning the tier")
+    parser.add_argument("--examples", type=int, default=100, help="generated runs (default 100)")
+    parser.add_argument("--steps", type=int, default=50, help="maximum steps per run (default 50)")
+    parser.add_argument(
+        "--worker",
+        choices=("manual", "thread"),
+        default="manual",
+        help="manual: the machine pumps the worker (every interleaving); thread: the real ThreadedWorker",
+    )
+    parser.add_argument("--derandomize", action="store_true", help="the same examples on every run (for CI)")
+    parser.add_argument("--no-shrink", action="store_true", help="report the first failing example as found (faster)")
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # argparse exits on --help and on errors
+        return 0 if exc.code == 0 else 2
+    if args.examples < 1 or args.steps < 1:
+        print("kvprobe conform: --examples and --steps must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        factory = load_factory(args.factory)
+        result = run_conformance(
+            factory,
+            examples=args.examples,
+            steps=args.steps,
+            worker=args.worker,
+            derandomize=args.derandomize,
+            shrink=not args.no_shrink,
+        )
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        print(f"kvprobe conform: cannot use {args.factory}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(f"kvprobe conform {args.factory} (worker={result.worker})")
+    if result.passed:
+        print(f"PASS: {result.examples} examples of up to {args.steps} steps in {result.seconds:.1f} s")
+        return 0
+    print(f"FAIL after {result.seconds:.1f} s: the backend, driven through AsyncLookupManager, broke the contract.")
+    print(result.failure)
+    return 1
