@@ -122,6 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     and spec errors are reported on stdout/stderr and by the exit status.
     """
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return _main(args)
+    except FileNotFoundError as exc:  # no tla/ folder (an install without the model)
+        print(f"kvprobe check: {exc}; set KVPROBE_TLA_DIR to the repository's tla/ folder", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.diagram:
         sys.stdout.write(diagram_markdown())
         return EXIT_OK
@@ -167,22 +175,18 @@ def _with_mutant(cfg: str, mutant: str) -> str:
     return _MUTANT_LINE.sub(lambda m: f'{m.group(1)}"{mutant}"', cfg)
 
 
+_CFG_KEYWORDS = re.compile(
+    r"^(CONSTANTS?|INIT|NEXT|SPECIFICATION|INVARIANTS?|PROPERT(?:Y|IES)|SYMMETRY|VIEW|CONSTRAINTS?|ACTION_CONSTRAINTS?)$"
+)
+
+
 def _properties(cfg: str) -> list[str]:
+    """The names listed under PROPERTY/PROPERTIES in a TLC config text."""
     names: list[str] = []
     section = ""
     for line in cfg.splitlines():
-        words = line.split("\\*")[0].split()
-        for word in words:
-            if word.isupper() and word in (
-                "PROPERTY",
-                "PROPERTIES",
-                "INVARIANT",
-                "INVARIANTS",
-                "CONSTANTS",
-                "CONSTANT",
-            ):
-                section = word
-            elif word.isupper() and word in ("INIT", "NEXT", "SPECIFICATION", "SYMMETRY", "VIEW"):
+        for word in line.split("\\*")[0].split():
+            if _CFG_KEYWORDS.match(word):
                 section = word
             elif section.startswith("PROPERT"):
                 names.append(word)
