@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("default", max_examples=100, stateful_step_count=40, deadline=None)
 settings.register_profile(
     "ci",
-    max_examples=60,
+    max_examples=150,
     stateful_step_count=40,
     derandomize=True,
     deadline=None,
