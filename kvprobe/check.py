@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -122,11 +124,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     and spec errors are reported on stdout/stderr and by the exit status.
     """
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        # Turn SIGTERM into an exception so that run_tlc stops the TLC process.
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return _main(args)
     except FileNotFoundError as exc:  # no tla/ folder (an install without the model)
         print(f"kvprobe check: {exc}; set KVPROBE_TLA_DIR to the repository's tla/ folder", file=sys.stderr)
         return EXIT_SPEC_ERROR
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -305,11 +305,17 @@ def run_tlc(
         proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         messages: list[Message] = []
-        for msg in parse_messages(proc.stdout):
-            messages.append(msg)
-            if on_message is not None:
-                on_message(msg)
-        exit_code = proc.wait()
+        try:
+            for msg in parse_messages(proc.stdout):
+                messages.append(msg)
+                if on_message is not None:
+                    on_message(msg)
+            exit_code = proc.wait()
+        finally:
+            # Interrupted (Ctrl-C, SIGTERM through kvprobe check): never leave TLC running.
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return _read_result(messages, exit_code, time.monotonic() - started)
 
 
