@@ -80,11 +80,13 @@ __all__ = [
     "probe_drain",
     "probe_lookup",
     "probe_mark_miss",
+    "revive",
     "shutdown",
     "take_batch",
     "time_out",
     "transition",
     "verdict_iff_resolved",
+    "worker_dies",
 ]
 
 Key = bytes
@@ -204,6 +206,7 @@ class State:
     next_batch: int = 1
     next_group: int = 1
     closed: bool = False
+    worker_dead: bool = False
     counts: Counts = Counts()
     submitted: Mapping[tuple[Key, int], int] = field(default_factory=_frozen_map)
     submitted_not_pending: frozenset[tuple[Key, int]] = frozenset()
@@ -693,6 +696,31 @@ def time_out(s: State, group_id: int) -> State:
     if group is None or group_id in s.timed_out:
         raise ModelError(f"group {group_id} is not with the worker or already timed out")
     return replace(s, timed_out=s.timed_out | {group_id}, inbox=(*s.inbox, Outcome(group, None, TIMEOUT, False)))
+
+
+def worker_dies(s: State) -> State:
+    """The worker thread dies with everything it holds (it publishes nothing more).
+
+    Raises :class:`ModelClosedError` after shutdown.
+    """
+    _open(s)
+    return replace(s, worker_dead=True)
+
+
+def revive(s: State) -> State:
+    """What the manager does at its next flush or drain_results after a worker death.
+
+    Applies what was published, then a ``worker_died`` failure to every open
+    group (in submission order), and starts a fresh, empty worker.  Does
+    nothing while the worker is alive.
+    """
+    _open(s)
+    if not s.worker_dead:
+        return s
+    s = drain_all(s)
+    for group in list(s.outstanding.values()):
+        s = apply_outcome(s, Outcome(group, None, "worker_died"))
+    return replace(s, queue=(), taken=_frozen_map(), timed_out=frozenset(), worker_dead=False)
 
 
 # --- invariants ------------------------------------------------------------------------

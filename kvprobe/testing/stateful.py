@@ -41,7 +41,14 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kvprobe.backends.base import Backend
 from kvprobe.backends.memory import InMemoryBackend
@@ -401,6 +408,13 @@ def lookup_machine(
             if self.target.close is not None:
                 self.target.close()
 
+        @initialize(stored=st.sets(st.sampled_from(key_pool)))
+        def initial_blocks(self, stored: set[bytes]) -> None:
+            """The tier's contents when the run starts (so hits happen from the first step)."""
+            for key in sorted(stored):
+                self.target.store(key)
+                self.stored.add(key)
+
         # -- helpers --------------------------------------------------------------------
 
         def _open(self) -> bool:
@@ -448,7 +462,7 @@ def lookup_machine(
             if fail is not None:
                 self.backend.mode = fail
             self.m.flush()
-            self.s, groups = model.flush(self.s)
+            self.s, groups = model.flush(model.revive(self.s))
             if not manual:
                 self._run_thread_worker(groups, fail)
 
@@ -457,6 +471,9 @@ def lookup_machine(
         def Drain(self, via_phase: bool) -> None:
             """Apply published outcomes: through drain_results(), or through the
             public phase(), which drains before it answers."""
+            if not via_phase:
+                # drain_results() first notices a dead worker (which applies the inbox).
+                self.s = model.revive(self.s)
             want = len(self.s.inbox)
             self.s = model.drain_all(self.s)
             if via_phase:
@@ -517,7 +534,6 @@ def lookup_machine(
                 st.one_of(
                     lookup_op,
                     lookup_op,
-                    lookup_op,
                     st.tuples(st.just("cleanup"), st.sampled_from(req_pool)),
                     st.tuples(st.just("mark_miss"), st.sampled_from(key_pool)),
                     st.tuples(st.just("set_stored"), st.sampled_from(key_pool), st.booleans()),
@@ -559,7 +575,7 @@ def lookup_machine(
                 self.s = model.cleanup(self.s, req)
             # End the step: stale step-batch entries are dropped, nothing is submitted.
             self.m.flush()
-            self.s, groups = model.flush(self.s)
+            self.s, groups = model.flush(model.revive(self.s))
             assert not groups, f"a flush after every request left submitted {groups}"
             if manual:
                 worker_obj = self.m.worker
@@ -582,7 +598,7 @@ def lookup_machine(
 
         # -- worker actions (manual mode) ---------------------------------------------------
 
-        @precondition(lambda self: manual and self._open() and bool(self.s.queue))
+        @precondition(lambda self: manual and self._open() and not self.s.worker_dead and bool(self.s.queue))
         @rule()
         def TakeBatch(self) -> None:
             worker_obj = self.m.worker
@@ -591,7 +607,7 @@ def lookup_machine(
             self.s, groups = model.take_batch(self.s)
             assert batch is not None and tuple(_group(g) for g in batch.groups) == groups
 
-        @precondition(lambda self: manual and self._open() and bool(self.s.queue))
+        @precondition(lambda self: manual and self._open() and not self.s.worker_dead and bool(self.s.queue))
         @rule()
         def WorkerServesBatch(self) -> None:
             """TakeBatch, then CompleteGroup for each of its groups, in order (what an
@@ -607,7 +623,7 @@ def lookup_machine(
                 worker_obj.complete(worker_obj.taken[group.group_id])
                 self.s = model.complete_group(self.s, group.group_id, truth)
 
-        @precondition(lambda self: manual and self._open() and bool(self.s.taken))
+        @precondition(lambda self: manual and self._open() and not self.s.worker_dead and bool(self.s.taken))
         @rule(index=st.integers(0, 7))
         def CompleteGroup(self, index: int) -> None:
             group = self._pick(index)
@@ -617,7 +633,7 @@ def lookup_machine(
             self.m.worker.complete(group)  # type: ignore[attr-defined]
             self.s = model.complete_group(self.s, group.group_id, truth)
 
-        @precondition(lambda self: manual and self._open() and bool(self.s.taken))
+        @precondition(lambda self: manual and self._open() and not self.s.worker_dead and bool(self.s.taken))
         @rule(index=st.integers(0, 7), how=st.sampled_from(sorted(FAILURES)))
         def FailGroup(self, index: int, how: str) -> None:
             group = self._pick(index)
@@ -626,12 +642,28 @@ def lookup_machine(
             self.m.worker.complete(group)  # type: ignore[attr-defined]
             self.s = model.fail_group(self.s, group.group_id, FAILURES[how].value)
 
-        @precondition(lambda self: manual and self._open() and bool(set(self.s.taken) - self.s.timed_out))
+        @precondition(
+            lambda self: (
+                manual and self._open() and not self.s.worker_dead and bool(set(self.s.taken) - self.s.timed_out)
+            )
+        )
         @rule(index=st.integers(0, 7))
         def TimeOut(self, index: int) -> None:
             group = self._pick(index, timed_out=False)
             self.m.worker.time_out(group)  # type: ignore[attr-defined]
             self.s = model.time_out(self.s, group.group_id)
+
+        @precondition(lambda self: manual and self._open() and not self.s.worker_dead)
+        @rule(roll=st.integers(0, 3))
+        def WorkerDies(self, roll: int) -> None:
+            """The worker dies holding its batches; the next flush or drain_results
+            must notice, resolve its open probes as MISS and start a new one."""
+            if roll != 3:
+                return
+            worker_obj = self.m.worker
+            assert isinstance(worker_obj, ManualWorker)
+            worker_obj.die()
+            self.s = model.worker_dies(self.s)
 
         # -- thread mode --------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 Each test runs the shipped machine against a manager built on the mutant and
 asserts that Hypothesis *finds* a failing example (none is written by hand):
 the evidence that the property suite can fail.  The search is derandomized
-so the result does not depend on luck, and bounded so each test stays well
-under 30 s here.
+so the result does not depend on luck, and bounded by the number of examples
+(wall time depends on the machine's load; measured here: under 1 s for most,
+about 30 s for stale-result-applied).
 """
 
 from __future__ import annotations
@@ -76,5 +77,4 @@ def test_machine_finds_mutant(name: str) -> None:
     assert not any(isinstance(e, HypothesisException) for e in leaves), f"Hypothesis itself failed: {found.value!r}"
     messages = " | ".join(f"{type(e).__name__}: {e}" for e in leaves)
     assert any(word in messages for word in EXPECTED[name]), f"{name} caught for an unexpected reason: {messages}"
-    assert elapsed < 60, f"{name} took {elapsed:.0f} s to find"
     print(f"{name}: caught in {elapsed:.1f} s: {messages[:300]}")
