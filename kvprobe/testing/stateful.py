@@ -496,6 +496,16 @@ def lookup_machine(
             self.m.mark_miss(keys)
             self.s = model.mark_miss(self.s, keys)
 
+        @precondition(lambda self: self._open() and bool(self.s.requests))
+        @rule(index=st.integers(0, 3))
+        def LoadFailed(self, index: int) -> None:  # noqa: N802
+            """The engine's failed-load path: loading a request's blocks failed, so it
+            forces MISS on them (MarkMiss), and the request finishes (Cleanup)."""
+            reqs = sorted(self.s.requests)
+            req = reqs[index % len(reqs)]
+            self.MarkMiss(sorted(self.s.requests[req]))
+            self.Cleanup(req)
+
         @precondition(lambda self: self._open())
         @rule(roll=st.integers(0, 7))
         def Shutdown(self, roll: int) -> None:

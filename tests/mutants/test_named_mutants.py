@@ -5,7 +5,7 @@ asserts that Hypothesis *finds* a failing example (none is written by hand):
 the evidence that the property suite can fail.  The search is derandomized
 so the result does not depend on luck, and bounded by the number of examples
 (wall time depends on the machine's load; measured here: under 1 s for most,
-about 30 s for stale-result-applied).
+about 20 s for stale-result-applied).
 """
 
 from __future__ import annotations
