@@ -498,7 +498,7 @@ def lookup_machine(
 
         @precondition(lambda self: self._open() and bool(self.s.requests))
         @rule(index=st.integers(0, 3))
-        def LoadFailed(self, index: int) -> None:  # noqa: N802
+        def LoadFailed(self, index: int) -> None:
             """The engine's failed-load path: loading a request's blocks failed, so it
             forces MISS on them (MarkMiss), and the request finishes (Cleanup)."""
             reqs = sorted(self.s.requests)
