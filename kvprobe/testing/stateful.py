@@ -33,6 +33,7 @@ the machine keeps the set of stored keys and expects the backend to agree.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -115,11 +116,15 @@ class ScriptedBackend:
         self.inner = inner
         self.mode = "ok"
         self.calls: list[tuple[tuple[bytes, ...], str | None]] = []
+        self.release = threading.Event()
 
     def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> Any:
         keys = list(keys)
         self.calls.append((tuple(keys), getattr(req_context, "req_id", None)))
         mode, self.mode = self.mode, "ok"
+        if mode == "hang":
+            # Blocks until the test releases it (a call that overstays its timeout).
+            self.release.wait()
         if mode == "raise":
             raise ScriptedFault("scripted failure at call time")
         verdicts = list(self.inner.batch_lookup(keys, req_context))
@@ -310,6 +315,10 @@ COMPARED = (
 )
 
 
+#: What is compared with the threaded worker (its queue is not observable).
+COMPARED_THREAD = tuple(n for n in COMPARED if n not in ("queue", "taken", "timed_out"))
+
+
 def _differences(expected: model.State, actual: model.State, names: Sequence[str]) -> list[str]:
     out = []
     for name in names:
@@ -346,6 +355,7 @@ def lookup_machine(
     worker_class: type[ManualWorker] = ManualWorker,
     factory: Callable[[], object] = memory_factory,
     thread_wait_s: float = 10.0,
+    lookup_timeout_s: float | None = None,
     keys: Sequence[bytes] = KEYS,
     reqs: Sequence[str] = REQS,
 ) -> type[RuleBasedStateMachine]:
@@ -361,6 +371,10 @@ def lookup_machine(
             :func:`as_target`); called once per run.
         thread_wait_s: in thread mode, how long a flush waits for the worker
             before the run fails (a worker that never answers is a leak).
+        lookup_timeout_s: thread mode only: the manager's timeout; with it,
+            a flush may make its first call hang past the timeout (reported
+            as TIMEOUT) and a later rule releases it (its late answer is
+            dropped).  Keep it well above scheduling noise (e.g. 0.3 s).
         keys: the key pool lookups, mark_miss and store/remove draw from.
         reqs: the request-id pool.
 
@@ -389,6 +403,7 @@ def lookup_machine(
                 self.backend,
                 name="conform",
                 worker=worker_class() if manual else "thread",
+                lookup_timeout_s=None if manual else lookup_timeout_s,
                 trace=self.ghosts,
             )
             self.ghosts.bind(self.m.core)
@@ -396,11 +411,13 @@ def lookup_machine(
             self.expected_calls: list[tuple[tuple[bytes, ...], str | None]] = []
             self._cached: tuple[tuple[int, ...], model.State] | None = None
             self._best: dict[str, int] = {}
+            self.hung: model.Group | None = None
 
         def teardown(self) -> None:
             # Release resources only; checks belong to rules and invariants (an
             # error raised here would mask the failure Hypothesis is reporting).
             self.ghosts.checking = False
+            self.backend.release.set()  # never leave a caller thread blocked
             # target() may be called once per label and run: report the run's peak.
             for label, score in self._best.items():
                 target(float(score), label=label)
@@ -457,8 +474,14 @@ def lookup_machine(
             assert got is want, f"lookup({key.hex()}, {req}) returned {got!r}, the model says {want!r}"
 
         @precondition(lambda self: self._open())
-        @rule(fail=st.sampled_from([None, *FAILURES]) if not manual else st.just(None))
+        @rule(
+            fail=st.just(None)
+            if manual
+            else st.sampled_from([None, *FAILURES, *(("hang",) if lookup_timeout_s is not None else ())])
+        )
         def Flush(self, fail: str | None) -> None:
+            if fail == "hang" and self.hung is not None:
+                fail = None  # one stuck call at a time keeps the worker's bound on stuck calls out of play
             if fail is not None:
                 self.backend.mode = fail
             self.m.flush()
@@ -700,11 +723,30 @@ def lookup_machine(
             self.s, _ = model.take_batch(self.s)
             for i, group in enumerate(groups):
                 self._expect_call(group)
-                if i == 0 and fail is not None:
+                if i == 0 and fail == "hang":
+                    self.s = model.time_out(self.s, group.group_id)
+                    self.hung = group
+                elif i == 0 and fail is not None:
                     self.s = model.fail_group(self.s, group.group_id, FAILURES[fail].value)
                 else:
                     self.s = model.complete_group(self.s, group.group_id, self._truth(group))
             self._wait_published(len(self.s.inbox))
+
+        if not manual:
+            # Only the threaded machine has this rule (an extra rule would change how the
+            # manual machine's runs are generated).
+
+            @precondition(lambda self: not manual and self._open() and self.hung is not None)
+            @rule()
+            def ReleaseStuckCall(self) -> None:
+                """The call that overstayed its timeout returns: its late answer is published."""
+                group = self.hung
+                assert group is not None
+                self.hung = None
+                self.s = model.complete_group(self.s, group.group_id, self._truth(group))
+                self.backend.release.set()
+                self._wait_published(len(self.s.inbox))
+                self.backend.release = threading.Event()
 
         # -- invariants (docs/properties.md names) --------------------------------------------
 
@@ -776,7 +818,8 @@ def lookup_machine(
         def conforms_to_reference(self) -> None:
             """Every observable equals the model's (runs after the named invariants)."""
             real = self._real()
-            problems = _differences(self.s, real, COMPARED)
+            # The threaded worker's queue and taken groups are not observable.
+            problems = _differences(self.s, real, COMPARED if manual else COMPARED_THREAD)
             assert not problems, "implementation diverges from the reference model: " + "; ".join(problems)
             assert len(self.m) == len(self.s.probes), f"len(m) is {len(self.m)}, the model holds {len(self.s.probes)}"
             if not self.s.closed:

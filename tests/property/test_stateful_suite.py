@@ -17,3 +17,11 @@ TestManualWorker = lookup_machine().TestCase
 _Threaded = lookup_machine(worker="thread")
 _Threaded.TestCase.settings = settings(settings(), max_examples=max(10, settings().max_examples // 4))
 TestThreadedWorker = _Threaded.TestCase
+
+# The real ThreadedWorker with a timeout: a flush may make its first backend call hang
+# past the timeout (TIMEOUT is published, the worker moves on) and a later step releases
+# it (the late answer is dropped).  The timeout is far above scheduling noise, so only
+# the scripted hang can exceed it.
+_Timeouts = lookup_machine(worker="thread", lookup_timeout_s=0.5)
+_Timeouts.TestCase.settings = settings(settings(), max_examples=max(5, settings().max_examples // 10))
+TestThreadedWorkerTimeouts = _Timeouts.TestCase
