@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from kvprobe.backends.base import Key
 from kvprobe.backends.layout import relative_name
 
-__all__ = ["FsBackend", "file_root", "remove_file", "store_file"]
+__all__ = ["FileTree", "FsBackend", "file_root", "remove_file", "store_file"]
 
 # A missing path or a missing shard directory: the block is simply not there.
 _ABSENT_ERRNOS = (FileNotFoundError, NotADirectoryError)
@@ -86,11 +86,8 @@ def remove_file(path: str) -> None:
         pass
 
 
-class FsBackend:
-    """Blocks as files under ``root``; lookups are a Python ``os.stat`` loop.
-
-    A key is stored when a *regular file* exists at ``locate(key)`` (a
-    directory there does not count; NIXL POSIX applies the same rule).
+class FileTree:
+    """One file per block under ``root``: the layout and writers both file tiers share.
 
     Args:
         root: the tier's directory.  It need not exist yet (``store`` creates
@@ -114,6 +111,40 @@ class FsBackend:
         """
         return self._base + relative_name(key)
 
+    def store(self, key: Key, data: bytes = b"") -> None:
+        """Write ``key``'s block atomically (see :func:`store_file`).
+
+        Raises:
+            TypeError: ``key`` or ``data`` is not bytes.
+            OSError: the file could not be written; nothing is left at its path.
+        """
+        store_file(self.locate(key), data)
+
+    def remove(self, key: Key) -> None:
+        """Delete ``key``'s block; no error if it is not stored.
+
+        Raises:
+            TypeError: ``key`` is not ``bytes``.
+            OSError: the file exists but cannot be removed.
+        """
+        remove_file(self.locate(key))
+
+
+class FsBackend(FileTree):
+    """Blocks as files under ``root``; lookups are a Python ``os.stat`` loop.
+
+    A key is stored when a *regular file* exists at ``locate(key)`` (a
+    directory there does not count; NIXL POSIX applies the same rule).
+
+    Args:
+        root: the tier's directory.  It need not exist yet (``store`` creates
+            what it needs; lookups in a missing root answer False).
+
+    Raises:
+        TypeError: ``root`` is not a string or path.
+        NotADirectoryError: ``root`` exists and is not a directory.
+    """
+
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
         """One verdict per key, in order: True iff a regular file is at ``locate(key)``.
 
@@ -136,24 +167,6 @@ class FsBackend:
             else:
                 append(stat.S_ISREG(mode))
         return verdicts
-
-    def store(self, key: Key, data: bytes = b"") -> None:
-        """Write ``key``'s block atomically (see :func:`store_file`).
-
-        Raises:
-            TypeError: ``key`` or ``data`` is not bytes.
-            OSError: the file could not be written; nothing is left at its path.
-        """
-        store_file(self.locate(key), data)
-
-    def remove(self, key: Key) -> None:
-        """Delete ``key``'s block; no error if it is not stored.
-
-        Raises:
-            TypeError: ``key`` is not ``bytes``.
-            OSError: the file exists but cannot be removed.
-        """
-        remove_file(self.locate(key))
 
     def close(self) -> None:
         """Nothing to release; present so every real backend can be closed alike."""

@@ -17,13 +17,12 @@ from typing import Any
 
 from kvprobe.backends._nixl_import import AgentPool
 from kvprobe.backends.base import Key
-from kvprobe.backends.fs import file_root, remove_file, store_file
-from kvprobe.backends.layout import relative_name
+from kvprobe.backends.fs import FileTree
 
 __all__ = ["NixlPosixBackend"]
 
 
-class NixlPosixBackend:
+class NixlPosixBackend(FileTree):
     """Blocks as files under ``root``, looked up by NIXL POSIX in one call per group.
 
     A key is stored when a *regular file* is at ``locate(key)`` (NIXL also
@@ -44,23 +43,13 @@ class NixlPosixBackend:
     """
 
     def __init__(self, root: str | os.PathLike[str], *, max_agents: int = 8) -> None:
-        self.root = file_root(root)
-        # Plain concatenation: os.path.join costs more than the stat on a hot loop.
-        self._base = self.root if self.root.endswith(os.sep) else self.root + os.sep
+        super().__init__(root)
         self._pool = AgentPool("posix", "POSIX", {}, max_agents=max_agents)
 
     @property
     def agent_names(self) -> list[str]:
         """Names of the NIXL agents this backend created (unique per instance)."""
         return list(self._pool.names)
-
-    def locate(self, key: Key) -> str:
-        """The absolute path of ``key``'s block file; always inside ``root``.
-
-        Raises:
-            TypeError: ``key`` is not ``bytes``.
-        """
-        return self._base + relative_name(key)
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
         """One verdict per key from a single ``query_memory`` call.
@@ -80,24 +69,6 @@ class NixlPosixBackend:
         if len(answers) != len(descs):
             raise RuntimeError(f"NIXL POSIX answered {len(answers)} results for {len(descs)} paths")
         return [_is_regular_file(a) for a in answers]
-
-    def store(self, key: Key, data: bytes = b"") -> None:
-        """Write ``key``'s block atomically (temporary file + rename).
-
-        Raises:
-            TypeError: ``key`` or ``data`` is not bytes.
-            OSError: the file could not be written; nothing is left at its path.
-        """
-        store_file(self.locate(key), data)
-
-    def remove(self, key: Key) -> None:
-        """Delete ``key``'s block; no error if it is not stored.
-
-        Raises:
-            TypeError: ``key`` is not ``bytes``.
-            OSError: the file exists but cannot be removed.
-        """
-        remove_file(self.locate(key))
 
     def close(self) -> None:
         """Release the NIXL agents; later lookups raise RuntimeError.  Idempotent."""
