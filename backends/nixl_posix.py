@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvprobe.backends._nixl_import import AgentPool
-from kvprobe.backends.base import Key
+from kvprobe.backends.base import Key, check_key
 from kvprobe.backends.fs import FileTree
 
 __all__ = ["NixlPosixBackend"]
@@ -34,16 +34,29 @@ class NixlPosixBackend(FileTree):
     Args:
         root: the tier's directory (need not exist yet).
         max_agents: concurrent ``batch_lookup`` calls allowed (one agent each).
+        chunk_keys: None (default) queries a group in one call.  A number
+            queries it in calls of at most that many keys: building the paths
+            and reading the answers is Python work that holds the GIL, and
+            between chunks the scheduler thread gets it back at once instead
+            of after the interpreter's switch interval.  For groups of tens
+            of thousands of keys, 512 kept the scheduler at 0.71 of its idle
+            lookup rate against 0.46 in one call (``python -m bench.starvation``).
 
     Raises:
         ImportError: NIXL or its POSIX plugin is missing (names ``kvprobe[nixl]``).
         TypeError: ``root`` is not a string or path.
         NotADirectoryError: ``root`` exists and is not a directory.
         RuntimeError: NIXL could not create the agent or backend.
+        ValueError: ``chunk_keys`` is not a positive int or None.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, max_agents: int = 8) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, max_agents: int = 8, chunk_keys: int | None = None) -> None:
+        if chunk_keys is not None and (
+            isinstance(chunk_keys, bool) or not isinstance(chunk_keys, int) or chunk_keys < 1
+        ):
+            raise ValueError(f"chunk_keys must be a positive int or None, got {chunk_keys!r}")
         super().__init__(root)
+        self.chunk_keys = chunk_keys
         self._pool = AgentPool("posix", "POSIX", {}, max_agents=max_agents)
 
     @property
@@ -52,7 +65,7 @@ class NixlPosixBackend(FileTree):
         return list(self._pool.names)
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
-        """One verdict per key from a single ``query_memory`` call.
+        """One verdict per key from one ``query_memory`` call (or one per ``chunk_keys``).
 
         Raises:
             TypeError: a key is not ``bytes`` (before NIXL is called).
@@ -63,7 +76,18 @@ class NixlPosixBackend(FileTree):
         del req_context
         if not keys:
             return []
-        descs = [(0, 0, 0, self.locate(k)) for k in keys]
+        chunk = self.chunk_keys
+        if chunk is None or len(keys) <= chunk:
+            return self._query([self.locate(k) for k in keys])
+        for key in keys:  # every key is checked before the first NIXL call
+            check_key(key)
+        verdicts: list[bool] = []
+        for start in range(0, len(keys), chunk):
+            verdicts += self._query([self.locate(k) for k in keys[start : start + chunk]])
+        return verdicts
+
+    def _query(self, paths: list[str]) -> list[bool]:
+        descs = [(0, 0, 0, path) for path in paths]
         with self._pool.agent() as agent:
             answers: list[Any] = agent.query_memory(descs, "POSIX", "FILE")
         if len(answers) != len(descs):

@@ -55,6 +55,35 @@ def test_nixl_posix_and_fs_agree_on_one_tree(tmp_path: Path) -> None:
         assert fs.batch_lookup(keys, None) == nixl.batch_lookup(keys, None)
 
 
+@requires_nixl
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
+def test_chunked_nixl_posix_agrees_with_one_call(tmp_path: Path, chunk: int) -> None:
+    from kvprobe.backends.nixl_posix import NixlPosixBackend
+
+    rng = random.Random(chunk)
+    fs = FsBackend(tmp_path)
+    keys = block_keys(rng, 150, groups=2)
+    stored = set(rng.sample(keys, 70))
+    for key in stored:
+        fs.store(key)
+    with NixlPosixBackend(tmp_path) as whole, NixlPosixBackend(tmp_path, chunk_keys=chunk) as chunked:
+        expected = [k in stored for k in keys]
+        assert whole.batch_lookup(keys, None) == expected
+        assert chunked.batch_lookup(keys, None) == expected
+        # A bad key in a late chunk is reported before any chunk is queried.
+        with pytest.raises(TypeError, match="str"):
+            chunked.batch_lookup([*keys, "not-bytes"], None)  # type: ignore[list-item]
+
+
+@requires_nixl
+@pytest.mark.parametrize("bad", [0, -5, True, 2.5])
+def test_chunk_keys_must_be_a_positive_int(tmp_path: Path, bad: object) -> None:
+    from kvprobe.backends.nixl_posix import NixlPosixBackend
+
+    with pytest.raises(ValueError, match="chunk_keys"):
+        NixlPosixBackend(tmp_path, chunk_keys=bad)  # type: ignore[arg-type]
+
+
 def test_randomized_sequence_with_real_writes(block_store: Any) -> None:
     rng = random.Random(2026)
     universe = block_keys(rng, 60, groups=2)
