@@ -135,14 +135,7 @@ class FsBackend(FileTree):
 
     A key is stored when a *regular file* exists at ``locate(key)`` (a
     directory there does not count; NIXL POSIX applies the same rule).
-
-    Args:
-        root: the tier's directory.  It need not exist yet (``store`` creates
-            what it needs; lookups in a missing root answer False).
-
-    Raises:
-        TypeError: ``root`` is not a string or path.
-        NotADirectoryError: ``root`` exists and is not a directory.
+    Construction takes ``root`` and raises as :class:`FileTree` does.
     """
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
