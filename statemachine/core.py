@@ -170,32 +170,29 @@ class LookupCore:
                 raise _bad_lookup(key, req_context)
             generation = next(self._generations)
             self.states[key] = ProbeState(generation, req_id)
-            keys = self.requests.get(req_id)
-            if keys is None:
-                self.requests[req_id] = {key}
-                self.contexts[req_id] = req_context
-            else:
-                keys.add(key)
             self.step_batch.append((key, generation, req_id))
             self.stats.probes_created += 1
-            return None
-        # Another request joins the probe (its phase does not change); the
-        # early return above ruled out a request already waiting on it.
-        if type(req_id) is not str:
-            raise _bad_lookup(key, req_context)
-        state.waiters.add(req_id)
+            verdict = None
+        else:
+            # Another request joins the probe (its phase does not change); the
+            # early return above ruled out a request already waiting on it.
+            if type(req_id) is not str:
+                raise _bad_lookup(key, req_context)
+            state.waiters.add(req_id)
+            phase = state.phase
+            if phase is PENDING:
+                self.stats.joins += 1
+            elif phase is IN_FLIGHT:
+                self.stats.in_flight_reuses += 1
+            verdict = state.verdict
+        # Both paths: remember (request, key) in the reverse index.
         keys = self.requests.get(req_id)
         if keys is None:
             self.requests[req_id] = {key}
             self.contexts[req_id] = req_context
         else:
             keys.add(key)
-        phase = state.phase
-        if phase is PENDING:
-            self.stats.joins += 1
-        elif phase is IN_FLIGHT:
-            self.stats.in_flight_reuses += 1
-        return state.verdict
+        return verdict
 
     # --- Flush ---------------------------------------------------------------
 
