@@ -320,7 +320,6 @@ def run(
     table_end = len(m)
     leftovers = {
         "requests": len(core.requests),
-        "contexts": len(core.contexts),
         "outstanding": len(core.outstanding),
         "step_batch": len(core.step_batch),
     }

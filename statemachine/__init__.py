@@ -5,7 +5,7 @@ I/O-free core (one method per TLA+ action); the workers are its drivers.
 """
 
 from kvprobe.spec.lifecycle import LookupPhase
-from kvprobe.statemachine.core import InvariantViolation, LookupCore, ProbeState
+from kvprobe.statemachine.core import InvariantViolation, LookupCore, ProbeState, WaitingRequest
 from kvprobe.statemachine.manager import AsyncLookupManager
 from kvprobe.statemachine.trace import NdjsonTrace, TracingCore
 from kvprobe.statemachine.types import (
@@ -45,6 +45,7 @@ __all__ = [
     "Stats",
     "ThreadedWorker",
     "TracingCore",
+    "WaitingRequest",
     "Worker",
     "WrongThreadError",
     "probe_group",

@@ -15,12 +15,26 @@ touch is :attr:`LookupCore.inbox`, a ``deque`` they append outcomes to
 by the one thread that calls the methods.
 
 Phase changes go through :data:`kvprobe.spec.lifecycle.NEXT_PHASE`, compiled
-from the lifecycle declaration.  Two facts derived from that declaration let
-the hot path skip the table: a lookup never changes the phase of an existing
-state, and the verdict is set exactly when the phase is RESOLVED, so a lookup
-of an existing state answers ``state.verdict`` (None unless resolved).  Both
-are asserted at import below, so changing the declaration cannot silently
-invalidate them.
+from the lifecycle declaration.  Facts derived from that declaration let the
+hot path skip the table where it would only confirm "no change": a lookup
+never changes the phase of an existing state (and the verdict is set exactly
+when the phase is RESOLVED, so a lookup answers ``state.verdict``); a cleanup
+that leaves some request waiting never changes the phase; a result changes
+only an IN_FLIGHT state.  Each is asserted at import below, so changing the
+declaration cannot silently invalidate them.
+
+Data layout (see :mod:`kvprobe.statemachine.records`).  A
+:class:`ProbeState` is one generation of one key, and every structure that
+must refer to "this generation" holds the object itself: the step batch, the
+reverse index (a :class:`WaitingRequest`'s list of states) and the submitted
+groups.  A state dropped from the table has its phase set to ABSENT, so "is
+this result still for the live generation?" is ``state.phase is IN_FLIGHT``
+(a state never returns to IN_FLIGHT once it left it), and cleanup reaches
+its states without a table lookup.  Generation numbers are kept for traces
+and the reference model, not compared here.  Each probe points at the
+registration of the request that created it, and that registration knows
+whether the request was cleaned up, so flush groups a probe without looking
+into its set of waiters (a separate object, and so a cache miss per key).
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, RULES, Event, LookupPhase, Phase
+from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.types import (
     Batch,
     FailureKind,
@@ -41,7 +56,7 @@ from kvprobe.statemachine.types import (
     Stats,
 )
 
-__all__ = ["InvariantViolation", "LookupCore", "ProbeState"]
+__all__ = ["InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
 
 PENDING = LookupPhase.PENDING
 IN_FLIGHT = LookupPhase.IN_FLIGHT
@@ -52,36 +67,38 @@ if any(r.event is Event.LOOKUP and r.source is not ABSENT and r.dest is not r.so
     raise ImportError("lifecycle declares a lookup that changes an existing phase; LookupCore.lookup must follow it")
 if NEXT_PHASE.get((ABSENT, Event.LOOKUP, True)) is not PENDING:
     raise ImportError("lifecycle no longer sends a new lookup to PENDING; LookupCore.lookup must follow it")
+if any(ev is Event.CLEANUP and waited and dest is not src for (src, ev, waited), dest in NEXT_PHASE.items()):
+    raise ImportError("lifecycle lets a cleanup change a phase others wait on; LookupCore.cleanup must follow it")
+if any(ev is Event.DRAIN and src is not IN_FLIGHT and dest is not src for (src, ev, _), dest in NEXT_PHASE.items()):
+    raise ImportError("lifecycle lets a result change a state that is not IN_FLIGHT; LookupCore.apply must follow it")
 
 
-def _by_source(event: Event) -> tuple[dict[str, LookupPhase | None], dict[str, LookupPhase | None]]:
-    """NEXT_PHASE's rows for ``event``, re-indexed for the hot path.
+def _rows(event: Event, has_waiters: bool) -> dict[str, Phase]:
+    """NEXT_PHASE's rows for ``event`` and a waiters fact, keyed by source phase value.
 
-    Returns ``(rows when some request still waits, rows when none does)``,
-    each ``{source phase value: next phase}``, so a caller indexes it with
-    ``[not waiters][state.phase._value_]``.  Same rows, other index: enum
-    members hash through ``Enum.__hash__``, a Python-level method, so a
-    ``NEXT_PHASE[(phase, event, flag)]`` lookup makes two Python calls (about
-    0.5 us on the 2-core bench machine), while a member's value is a string
-    whose hash is cached.  Drain and cleanup run this once per key.
+    Same rows, other index: enum members hash through ``Enum.__hash__``, a
+    Python-level method, so a ``NEXT_PHASE[(phase, event, flag)]`` lookup
+    makes two Python calls, while a member's value is a string whose hash is
+    cached.  Cleanup and mark_miss run this once per key.
     """
-    some: dict[str, LookupPhase | None] = {}
-    none: dict[str, LookupPhase | None] = {}
-    for (source, ev, has_waiters), dest in NEXT_PHASE.items():
-        if ev is event and source is not None:
-            (some if has_waiters else none)[source.value] = dest
-    return some, none
+    return {
+        source.value: dest
+        for (source, ev, waited), dest in NEXT_PHASE.items()
+        if ev is event and source is not None and waited is has_waiters
+    }
 
 
-_DRAIN_NEXT = _by_source(Event.DRAIN)
-# What a result does to an IN_FLIGHT probe somebody waits on: the row apply()
-# meets for nearly every key, so it is looked up once here.
-_answered = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
-if _answered is not RESOLVED:
-    raise ImportError("lifecycle no longer resolves an answered in-flight probe; LookupCore.apply must follow it")
-_ANSWERED: LookupPhase = _answered
-_CLEANUP_NEXT = _by_source(Event.CLEANUP)
-_MARK_MISS_NEXT = _by_source(Event.MARK_MISS)
+_CLEANUP_LAST = _rows(Event.CLEANUP, has_waiters=False)
+_MARK_MISS_NEXT = (_rows(Event.MARK_MISS, has_waiters=True), _rows(Event.MARK_MISS, has_waiters=False))
+# What a result does to the IN_FLIGHT state it was submitted for: with a
+# request waiting (nearly every key) and without (an orphan).
+_ANSWERED = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
+_ORPHANED = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, False)]
+if _ANSWERED is not RESOLVED or _ORPHANED is not ABSENT:
+    raise ImportError("lifecycle changed what a result does to an in-flight probe; LookupCore.apply must follow it")
+_TO_IN_FLIGHT = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
+if _TO_IN_FLIGHT is not IN_FLIGHT:
+    raise ImportError("lifecycle no longer sends a flushed probe IN_FLIGHT; LookupCore.flush must follow it")
 
 _BACKEND_ERRORS = frozenset(
     {
@@ -98,22 +115,6 @@ class InvariantViolation(AssertionError):
     """A DESIGN.md section 2 invariant does not hold (a bug in kvprobe)."""
 
 
-class ProbeState:
-    """The one probe state of a key: phase, generation, waiters, verdict."""
-
-    __slots__ = ("generation", "phase", "verdict", "waiters")
-
-    def __init__(self, generation: int, req_id: str) -> None:
-        self.phase: LookupPhase = PENDING
-        self.generation = generation
-        self.waiters: set[str] = {req_id}
-        self.verdict: bool | None = None
-
-    def __repr__(self) -> str:
-        waiters = sorted(self.waiters)
-        return f"ProbeState({self.phase.name}, gen={self.generation}, waiters={waiters}, verdict={self.verdict})"
-
-
 class LookupCore:
     """Scheduler-owned probe table, reverse index, generations and step batch.
 
@@ -124,20 +125,35 @@ class LookupCore:
 
     def __init__(self) -> None:
         self.states: dict[Key, ProbeState] = {}
-        # Reverse index: request id -> keys it waits on, and its context
-        # (handed to the backend for the groups it owns).
-        self.requests: dict[str, set[Key]] = {}
-        self.contexts: dict[str, object] = {}
-        # This step's batch: (key, generation, req_id) in first-asked order.
-        self.step_batch: list[tuple[Key, int, str]] = []
+        # Reverse index: request id -> its registration, which lists the
+        # states it waits on (each once) and holds its context (handed to the
+        # backend for the groups it owns).  A listed state is in the table: it
+        # cannot be dropped while it has a waiter, and a request leaves only
+        # through cleanup.
+        self.requests: dict[str, WaitingRequest] = {}
+        # This step's new states, in first-asked order.  Some may have been
+        # reclaimed or forced to MISS since; flush skips those.
+        self.step_batch: list[ProbeState] = []
         # Groups submitted whose first outcome has not been applied yet.
         self.outstanding: dict[int, ProbeGroup] = {}
         #: Outcomes published by the worker, applied by :meth:`drain`.
         self.inbox: deque[GroupOutcome] = deque()
-        self.stats = Stats()
+        self._stats = Stats()
+        self._flushed_probes = 0  # probes_created, but for the step batch
         self._generations = itertools.count(1)
         self._batch_ids = itertools.count(1)
         self._group_ids = itertools.count(1)
+
+    @property
+    def stats(self) -> Stats:
+        """The live counters.
+
+        ``probes_created`` is brought up to date here: the lookup that creates
+        a probe does not count it (the step batch does), flush adds it.
+        """
+        stats = self._stats
+        stats.probes_created = self._flushed_probes + len(self.step_batch)
+        return stats
 
     # --- Lookup ------------------------------------------------------------
 
@@ -168,30 +184,26 @@ class LookupCore:
             # and a method call would be a tenth of their cost.
             if type(key) is not bytes or type(req_id) is not str:
                 raise _bad_lookup(key, req_context)
-            generation = next(self._generations)
-            self.states[key] = ProbeState(generation, req_id)
-            self.step_batch.append((key, generation, req_id))
-            self.stats.probes_created += 1
+        elif type(req_id) is not str:
+            raise _bad_lookup(key, req_context)
+        request = self.requests.get(req_id)
+        if request is None:
+            request = self.requests[req_id] = WaitingRequest(req_id, req_context)
+        if state is None:
+            state = self.states[key] = ProbeState(key, request, next(self._generations))
+            self.step_batch.append(state)
             verdict = None
         else:
             # Another request joins the probe (its phase does not change); the
             # early return above ruled out a request already waiting on it.
-            if type(req_id) is not str:
-                raise _bad_lookup(key, req_context)
             state.waiters.add(req_id)
             phase = state.phase
             if phase is PENDING:
-                self.stats.joins += 1
+                self._stats.joins += 1
             elif phase is IN_FLIGHT:
-                self.stats.in_flight_reuses += 1
+                self._stats.in_flight_reuses += 1
             verdict = state.verdict
-        # Both paths: remember (request, key) in the reverse index.
-        keys = self.requests.get(req_id)
-        if keys is None:
-            self.requests[req_id] = {key}
-            self.contexts[req_id] = req_context
-        else:
-            keys.add(key)
+        request.states.append(state)
         return verdict
 
     # --- Flush ---------------------------------------------------------------
@@ -199,10 +211,10 @@ class LookupCore:
     def flush(self) -> Batch | None:
         """Flush action: submit this step's PENDING probes, one group per request.
 
-        Entries whose state was reclaimed (its requests all left) or forced to
-        MISS since the lookup are skipped: they are never probed.  A key is
-        grouped under the request that first asked for it this step, or under
-        another waiting request if that one left.  Returns None when there is
+        States reclaimed (their requests all left) or forced to MISS since the
+        lookup are skipped: they are never probed.  A state is grouped under
+        the request that created it, or under the smallest id of the requests
+        still waiting on it if that one left.  Returns None when there is
         nothing to submit.
         """
         if self.inbox:
@@ -210,48 +222,56 @@ class LookupCore:
         entries, self.step_batch = self.step_batch, []
         if not entries:
             return None
-        to_in_flight = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
+        self._flushed_probes += len(entries)
+        to_in_flight = _TO_IN_FLIGHT
         pending = PENDING
         # A request's new keys are usually consecutive entries, so the group
         # of the previous entry is tried before the dict (`is` is only a
         # shortcut; the dict decides).
-        grouped: dict[str, tuple[list[Key], list[int]]] = {}
-        states = self.states
-        last_req: str | None = None
-        keys: list[Key] = []
-        gens: list[int] = []
-        for key, generation, req_id in entries:
-            state = states.get(key)
-            if state is None or state.generation != generation or state.phase is not pending:
+        grouped: dict[WaitingRequest, list[ProbeState]] = {}
+        last: WaitingRequest | None = None
+        members: list[ProbeState] = []
+        for state in entries:
+            if state.phase is not pending:
                 continue
-            if req_id not in state.waiters:
-                req_id = min(state.waiters)  # deterministic, so traces replay
-            state.phase = to_in_flight  # type: ignore[assignment]  # declared: PENDING -> IN_FLIGHT
-            if req_id is not last_req:
-                last_req = req_id
-                slot = grouped.get(req_id)
-                if slot is None:
-                    slot = grouped[req_id] = ([], [])
-                keys, gens = slot
-            keys.append(key)
-            gens.append(generation)
+            owner = state.owner
+            if not owner.waiting:
+                owner = self._regroup(state)
+            state.phase = to_in_flight
+            if owner is not last:
+                last = owner
+                found = grouped.get(owner)
+                if found is None:
+                    found = grouped[owner] = []
+                members = found
+            members.append(state)
         if not grouped:
             return None
         batch_id = next(self._batch_ids)
-        contexts = self.contexts
         group_ids = self._group_ids
-        groups = tuple(
-            ProbeGroup(next(group_ids), batch_id, req_id, contexts[req_id], tuple(keys), tuple(gens))
-            for req_id, (keys, gens) in grouped.items()
-        )
         outstanding = self.outstanding
+        groups = []
         submitted = 0
-        for group in groups:
+        for owner, members in grouped.items():
+            group = ProbeGroup(next(group_ids), batch_id, owner.req_id, owner.context, tuple(members))
             outstanding[group.group_id] = group
-            submitted += len(group.keys)
-        self.stats.probes_submitted += submitted
-        self.stats.batches += 1
-        return Batch(batch_id, groups)
+            groups.append(group)
+            submitted += len(members)
+        stats = self._stats
+        stats.probes_submitted += submitted
+        stats.batches += 1
+        return Batch(batch_id, tuple(groups))
+
+    def _regroup(self, state: ProbeState) -> WaitingRequest:
+        """The request a PENDING state is grouped under when its creator was cleaned up.
+
+        Its creator's id if that id asked again and waits on it, else the
+        smallest id among its waiters (deterministic, so traces replay).
+        """
+        req_id = state.owner.req_id
+        if req_id not in state.waiters:
+            req_id = min(state.waiters)
+        return self.requests[req_id]
 
     # --- Drain ---------------------------------------------------------------
 
@@ -265,64 +285,56 @@ class LookupCore:
         return applied
 
     def apply(self, outcome: GroupOutcome) -> None:
-        """Apply one group outcome to the states of the same generation.
+        """Apply one group outcome to the states it was submitted for.
 
-        A failure applies MISS to each key.  Keys whose state is gone, belongs
-        to another generation, or is already RESOLVED are dropped (counted in
-        ``stale_results_dropped``): that is what keeps a timed-out call's late
-        answer, or a result racing a ``mark_miss``, from overriding anything.
+        A failure applies MISS to each key.  A state no longer IN_FLIGHT (gone
+        from the table, replaced by a newer generation, or already RESOLVED)
+        is left alone and counted in ``stale_results_dropped``: that is what
+        keeps a timed-out call's late answer, or a result racing a
+        ``mark_miss``, from overriding anything.
         """
         group = outcome.group
-        stats = self.stats
+        stats = self._stats
         first = self.outstanding.pop(group.group_id, None) is not None
         if outcome.late:
             stats.late_results += 1
         if first:
             self._count_call(outcome.failure)
         verdicts: Iterable[bool] = (
-            outcome.verdicts if outcome.verdicts is not None else itertools.repeat(False, len(group.keys))
+            outcome.verdicts if outcome.verdicts is not None else itertools.repeat(False, len(group.states))
         )
-        states = self.states
-        next_phase = _DRAIN_NEXT
         in_flight = IN_FLIGHT
         answered = _ANSWERED
         # Counted locally and added once: a stats attribute update per key
         # costs as much as the state change itself.
-        hits = misses = 0
+        hits = misses = stale = 0
         # Producers guarantee one verdict per key (probe_group checks lengths).
-        for key, generation, verdict in zip(group.keys, group.generations, verdicts, strict=False):
-            state = states.get(key)
-            if state is None or state.generation != generation:
-                stats.stale_results_dropped += 1
+        for state, verdict in zip(group.states, verdicts, strict=False):
+            if state.phase is not in_flight:
+                stale += 1
                 continue
-            source = state.phase
-            if source is in_flight and state.waiters:
-                # The common row, read from NEXT_PHASE at import (_ANSWERED).
+            if state.waiters:
                 state.phase = answered
                 state.verdict = verdict
                 if verdict:
                     hits += 1
                 else:
                     misses += 1
-                continue
-            dest = next_phase[not state.waiters].get(source._value_, source)
-            if dest is ABSENT:
-                del states[key]
-                stats.orphans_reclaimed += 1
-            elif source is RESOLVED or dest is not RESOLVED:
-                stats.stale_results_dropped += 1
             else:
-                state.phase = dest
-                state.verdict = verdict
-                if verdict:
-                    hits += 1
-                else:
-                    misses += 1
+                # Nobody waits on it any more: the orphan is reclaimed.
+                self._drop(state)
+                stats.orphans_reclaimed += 1
         stats.hits += hits
         stats.misses += misses
+        stats.stale_results_dropped += stale
+
+    def _drop(self, state: ProbeState) -> None:
+        """Take ``state`` out of the table and mark it gone for groups that refer to it."""
+        del self.states[state.key]
+        state.phase = ABSENT
 
     def _count_call(self, failure: FailureKind | None) -> None:
-        stats = self.stats
+        stats = self._stats
         # A dead worker or a saturated one made no backend call for the group.
         stats.backend_calls += failure is not FailureKind.SATURATED and failure is not FailureKind.WORKER_DIED
         if failure is None:
@@ -346,7 +358,7 @@ class LookupCore:
         for group in groups:
             self.apply(GroupOutcome(group, None, failure, detail))
         if failure is FailureKind.WORKER_DIED:
-            self.stats.worker_deaths += 1
+            self._stats.worker_deaths += 1
         return len(groups)
 
     # --- Cleanup -------------------------------------------------------------
@@ -361,27 +373,27 @@ class LookupCore:
         """
         if type(req_id) is not str:
             raise InvalidInputError(f"cleanup() takes a request id string, got {type(req_id).__name__}")
-        keys = self.requests.pop(req_id, None)
-        if keys is None:
-            self.stats.unknown_cleanups += 1
+        request = self.requests.pop(req_id, None)
+        if request is None:
+            self._stats.unknown_cleanups += 1
             return
-        del self.contexts[req_id]
-        states = self.states
-        next_phase = _CLEANUP_NEXT
+        request.waiting = False
+        last_waiter_left = _CLEANUP_LAST
         never_probed = 0
-        for key in keys:
-            state = states[key]
+        for state in request.states:
             waiters = state.waiters
             waiters.discard(req_id)
+            if waiters:
+                continue  # others still wait: no phase changes (asserted at import)
             source = state.phase
-            dest = next_phase[not waiters][source._value_]
+            dest = last_waiter_left[source._value_]  # type: ignore[union-attr]  # listed states are live
             if dest is ABSENT:
-                del states[key]
+                self._drop(state)
                 if source is PENDING:
                     never_probed += 1
             else:
                 state.phase = dest
-        self.stats.never_probed += never_probed
+        self._stats.never_probed += never_probed
 
     # --- MarkMiss ------------------------------------------------------------
 
@@ -409,16 +421,18 @@ class LookupCore:
             if type(key) is not bytes:
                 raise InvalidInputError(f"mark_miss() keys must be bytes, got {type(key).__name__}")
         states = self.states
+        stats = self._stats
         for key in keys:
             state = states.get(key)
             if state is None:
-                self.stats.unknown_mark_miss += 1
+                stats.unknown_mark_miss += 1
                 continue
-            dest = _MARK_MISS_NEXT[not state.waiters][state.phase._value_]
-            self.stats.forced_misses += 1
+            source = state.phase
+            dest = _MARK_MISS_NEXT[not state.waiters][source._value_]  # type: ignore[union-attr]  # in the table
+            stats.forced_misses += 1
             if dest is ABSENT:
-                del states[key]
-                self.stats.orphans_reclaimed += 1
+                self._drop(state)
+                stats.orphans_reclaimed += 1
             else:
                 state.phase = dest
                 state.verdict = False
@@ -427,9 +441,13 @@ class LookupCore:
 
     def shutdown(self) -> None:
         """Shutdown action: reclaim every state, request, batch entry and outcome."""
+        self._flushed_probes += len(self.step_batch)
+        for state in self.states.values():
+            state.phase = ABSENT
         self.states.clear()
+        for request in self.requests.values():
+            request.waiting = False
         self.requests.clear()
-        self.contexts.clear()
         self.step_batch.clear()
         self.outstanding.clear()
         self.inbox.clear()
@@ -453,36 +471,45 @@ class LookupCore:
 
     def violations(self) -> Iterable[str]:
         """Yield one message per broken invariant (empty when all hold)."""
-        for key, state in self.states.items():
+        states = self.states
+        for key, state in states.items():
+            if state.key != key or state.phase is ABSENT:
+                yield f"ReverseIndexConsistent: the table holds {state!r} under {key.hex()}"
             if (state.verdict is not None) != (state.phase is RESOLVED):
                 yield f"VerdictIffResolved: {key.hex()} {state!r}"
             if not state.waiters and state.phase is not IN_FLIGHT:
                 yield f"NothingLeaks: {key.hex()} {state!r} has no waiters"
             for req_id in state.waiters:
-                if key not in self.requests.get(req_id, ()):
+                request = self.requests.get(req_id)
+                if request is None or all(held is not state for held in request.states):
                     yield f"ReverseIndexConsistent: {req_id} waits on {key.hex()} but the index lacks it"
-        for req_id, keys in self.requests.items():
-            if req_id not in self.contexts:
-                yield f"ReverseIndexConsistent: {req_id} has no context"
-            for key in keys:
-                held = self.states.get(key)
-                if held is None or req_id not in held.waiters:
-                    yield f"ReverseIndexConsistent: ({req_id}, {key.hex()}) points at no live waiting state"
-        submitted: dict[tuple[Key, int], int] = {}
+            owner = state.owner
+            if owner.waiting and (self.requests.get(owner.req_id) is not owner or owner.req_id not in state.waiters):
+                yield f"ReverseIndexConsistent: {key.hex()} was created by {owner!r}, which no longer waits on it"
+        for req_id, request in self.requests.items():
+            if request.req_id != req_id or not request.waiting:
+                yield f"ReverseIndexConsistent: {request!r} is registered as {req_id}"
+            if len({id(state) for state in request.states}) != len(request.states):
+                yield f"ReverseIndexConsistent: {req_id} lists a state twice"
+            for state in request.states:
+                if states.get(state.key) is not state or req_id not in state.waiters:
+                    yield f"ReverseIndexConsistent: ({req_id}, {state.key.hex()}) points at no live waiting state"
+        # Counted by identity: a state object is one generation.
+        submitted: dict[int, int] = {}
         for group in self.outstanding.values():
-            for pair in zip(group.keys, group.generations, strict=True):
-                submitted[pair] = submitted.get(pair, 0) + 1
-        for (key, generation), count in submitted.items():
+            for state in group.states:
+                submitted[id(state)] = submitted.get(id(state), 0) + 1
+        in_step_batch: dict[int, int] = {}
+        for state in self.step_batch:
+            in_step_batch[id(state)] = in_step_batch.get(id(state), 0) + 1
+        for key, state in states.items():
+            count = submitted.get(id(state), 0)
             if count > 1:
-                yield f"EnqueueOnce: {key.hex()} generation {generation} is in {count} open groups"
-        queued: dict[tuple[Key, int], int] = {}
-        for key, generation, _ in self.step_batch:
-            queued[(key, generation)] = queued.get((key, generation), 0) + 1
-        for key, live in self.states.items():
-            pair = (key, live.generation)
-            if live.phase is PENDING and (pair in submitted or queued.get(pair) != 1):
+                yield f"EnqueueOnce: {key.hex()} generation {state.generation} is in {count} open groups"
+            queued = in_step_batch.get(id(state), 0)
+            if state.phase is PENDING and (count or queued != 1):
                 yield f"NoDuplicateProbe: PENDING {key.hex()} is submitted, or not queued exactly once"
-            if live.phase is IN_FLIGHT and pair not in submitted:
+            if state.phase is IN_FLIGHT and not count:
                 yield f"NothingLeaks: {key.hex()} IN_FLIGHT with no open group of its generation"
 
 

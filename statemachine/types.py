@@ -1,9 +1,11 @@
 """Values that cross the line between the scheduler-owned core and the worker.
 
-These are plain immutable records: the core produces :class:`ProbeGroup` s at
-flush, a worker turns each into exactly one first :class:`GroupOutcome`
-(and, after a timeout, possibly one late one), and the core applies outcomes
-when it drains.  Errors are typed by who is to blame, as in h11.
+The core produces :class:`ProbeGroup` s at flush, a worker turns each into
+exactly one first :class:`GroupOutcome` (and, after a timeout, possibly one
+late one), and the core applies outcomes when it drains.  Groups and
+outcomes are immutable records; a group refers to the :class:`ProbeState` s
+it submitted, and the worker reads nothing of them but their ``key``, which
+never changes.  Errors are typed by who is to blame, as in h11.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+from kvprobe.statemachine.records import ProbeState
 
 __all__ = [
     "Batch",
@@ -85,20 +89,29 @@ class FailureKind(enum.Enum):
     WORKER_DIED = "worker_died"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ProbeGroup:
     """The keys of one request submitted together: one ``batch_lookup`` call.
 
-    ``generations[i]`` is the probe generation of ``keys[i]``; a result is
-    applied only to a state of the same generation.
+    ``states[i]`` is the probe state (one generation) of ``keys[i]``; a result
+    is applied only to that state, and only while it is still IN_FLIGHT.
     """
 
     group_id: int
     batch_id: int
     req_id: str
     req_context: object
-    keys: tuple[Key, ...]
-    generations: tuple[int, ...]
+    states: tuple[ProbeState, ...]
+
+    @property
+    def keys(self) -> tuple[Key, ...]:
+        """The keys to probe, in order (built on each access: read it once)."""
+        return tuple([state.key for state in self.states])
+
+    @property
+    def generations(self) -> tuple[int, ...]:
+        """``generations[i]`` is the generation of ``keys[i]``."""
+        return tuple([state.generation for state in self.states])
 
 
 @dataclass(frozen=True, slots=True)

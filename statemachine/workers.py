@@ -58,9 +58,10 @@ def probe_group(backend: Backend, group: ProbeGroup) -> GroupOutcome:
     a raise while its iterable is consumed, too few or too many results, or a
     result that is not a ``bool`` becomes a failed outcome naming the problem.
     """
-    expected = len(group.keys)
+    keys = list(group.keys)
+    expected = len(keys)
     try:
-        result = backend.batch_lookup(list(group.keys), group.req_context)
+        result = backend.batch_lookup(keys, group.req_context)
     except Exception as exc:
         return GroupOutcome(group, None, FailureKind.RAISED, _describe(exc))
     verdicts: list[bool] = []
@@ -314,8 +315,8 @@ class ManualWorker:
             assert self._backend is not None, "worker not started"
             outcome = probe_group(self._backend, group)
         else:
-            if len(verdicts) != len(group.keys):
-                raise ValueError(f"{len(verdicts)} verdicts for {len(group.keys)} keys")
+            if len(verdicts) != len(group.states):
+                raise ValueError(f"{len(verdicts)} verdicts for {len(group.states)} keys")
             outcome = GroupOutcome(group, tuple(verdicts))
         return self._deliver(group, outcome)
 

@@ -209,7 +209,7 @@ class GhostRecorder:
 
     def _snapshot(self) -> dict[bytes, tuple[LookupPhase, int, bool | None]]:
         assert self.core is not None
-        return {k: (s.phase, s.generation, s.verdict) for k, s in self.core.states.items()}
+        return {k: (_held(s.phase), s.generation, s.verdict) for k, s in self.core.states.items()}
 
     def __call__(self, event: dict[str, object]) -> None:
         if not self.checking:
@@ -252,6 +252,13 @@ class GhostRecorder:
         self.checker.feed(event)
 
 
+def _held(phase: LookupPhase | None) -> LookupPhase:
+    """The phase of a state the table holds (never ABSENT: that is a dropped state)."""
+    if phase is None:
+        raise AssertionError("the probe table holds a state marked ABSENT (dropped)")
+    return phase
+
+
 def _group(g: ProbeGroup) -> model.Group:
     return model.Group(g.group_id, g.batch_id, g.req_id, g.keys, g.generations)
 
@@ -279,11 +286,13 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
         timed_out = frozenset(worker.timed_out)
     stats = m.stats
     counts = model.Counts(**{f.name: getattr(stats, f.name) for f in fields(model.Counts)})
-    probes = {k: model.Probe(s.phase, s.generation, frozenset(s.waiters), s.verdict) for k, s in core.states.items()}
+    probes = {
+        k: model.Probe(_held(s.phase), s.generation, frozenset(s.waiters), s.verdict) for k, s in core.states.items()
+    }
     return model.State(
         probes=probes,
-        requests={r: frozenset(ks) for r, ks in core.requests.items()},
-        step_batch=tuple(core.step_batch),
+        requests={r: frozenset(s.key for s in request.states) for r, request in core.requests.items()},
+        step_batch=tuple((s.key, s.generation, s.owner.req_id) for s in core.step_batch),
         outstanding={gid: _group(g) for gid, g in core.outstanding.items()},
         queue=queue,
         taken=taken,

@@ -57,11 +57,14 @@ class ForgetfulCore(LookupCore):
     """Cleanup of the last request keeps RESOLVED states nobody waits on (a leak)."""
 
     def cleanup(self, req_id: str) -> None:
-        held = self.requests.get(req_id, set())
-        resolved = {key: self.states[key] for key in held if self.states[key].phase is LookupPhase.RESOLVED}
+        request = self.requests.get(req_id)
+        held = [] if request is None else request.states
+        resolved = [s for s in held if s.phase is LookupPhase.RESOLVED]
         super().cleanup(req_id)
-        for key, state in resolved.items():
-            self.states.setdefault(key, state)
+        for state in resolved:
+            if state.phase is None:  # dropped: put it back
+                state.phase = LookupPhase.RESOLVED
+                self.states.setdefault(state.key, state)
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, Event, LookupPhase
-from kvprobe.statemachine import AsyncLookupManager, LookupCore, ManualWorker, ReqContext
-from kvprobe.statemachine.types import Batch, FailureKind, GroupOutcome, Key, ProbeGroup
+from kvprobe.statemachine import AsyncLookupManager, LookupCore, ManualWorker, WaitingRequest
+from kvprobe.statemachine.types import Batch, FailureKind, GroupOutcome, Key, ProbeGroup, ProbeState
 
 PENDING, IN_FLIGHT, RESOLVED = LookupPhase.PENDING, LookupPhase.IN_FLIGHT, LookupPhase.RESOLVED
 
@@ -25,54 +25,45 @@ class FlushSubmitsCleaned(LookupCore):
         if self.inbox:
             self.drain()
         entries, self.step_batch = self.step_batch, []
-        grouped: dict[str, tuple[list[Key], list[int]]] = {}
-        for key, generation, req_id in entries:
-            state = self.states.get(key)
-            if state is not None and state.generation == generation and state.phase is PENDING:
-                if req_id not in state.waiters:
-                    req_id = min(state.waiters)
+        self._flushed_probes += len(entries)
+        grouped: dict[WaitingRequest, list[ProbeState]] = {}
+        for state in entries:
+            owner = state.owner
+            if state.phase is PENDING:
+                if not owner.waiting:
+                    owner = self._regroup(state)
                 state.phase = IN_FLIGHT
-            # MUTANT: the entry is submitted even when its state was reclaimed,
-            # replaced by a newer generation or forced to MISS since the lookup.
-            slot = grouped.setdefault(req_id, ([], []))
-            slot[0].append(key)
-            slot[1].append(generation)
+            # MUTANT: the state is submitted even when it was reclaimed or
+            # forced to MISS since the lookup.
+            grouped.setdefault(owner, []).append(state)
         if not grouped:
             return None
         batch_id = next(self._batch_ids)
         groups = tuple(
-            ProbeGroup(
-                next(self._group_ids),
-                batch_id,
-                req_id,
-                self.contexts.get(req_id, ReqContext(req_id)),
-                tuple(keys),
-                tuple(gens),
-            )
-            for req_id, (keys, gens) in grouped.items()
+            ProbeGroup(next(self._group_ids), batch_id, owner.req_id, owner.context, tuple(members))
+            for owner, members in grouped.items()
         )
         for group in groups:
             self.outstanding[group.group_id] = group
-            self.stats.probes_submitted += len(group.keys)
+            self.stats.probes_submitted += len(group.states)
         self.stats.batches += 1
         return Batch(batch_id, groups)
 
 
 class CleanupDropsInFlight(LookupCore):
     def cleanup(self, req_id: str) -> None:
-        keys = self.requests.pop(req_id, None)
-        if keys is None:
+        request = self.requests.pop(req_id, None)
+        if request is None:
             self.stats.unknown_cleanups += 1
             return
-        del self.contexts[req_id]
-        for key in keys:
-            state = self.states[key]
+        request.waiting = False
+        for state in request.states:
             state.waiters.discard(req_id)
             source = state.phase
             dest = NEXT_PHASE[(source, Event.CLEANUP, bool(state.waiters))]
             # MUTANT: the last waiter leaving deletes an IN_FLIGHT state too.
             if dest is ABSENT or (source is IN_FLIGHT and not state.waiters):
-                del self.states[key]
+                self._drop(state)
                 if source is PENDING:
                     self.stats.never_probed += 1
             else:
@@ -81,7 +72,7 @@ class CleanupDropsInFlight(LookupCore):
 
 @dataclass(frozen=True)
 class _ApplyRules:
-    compare_generations: bool = True
+    same_generation_only: bool = True
     apply_to_resolved: bool = False
     reclaim_orphans: bool = True
 
@@ -100,11 +91,13 @@ class _MutantApply(LookupCore):
         if first:
             self._count_call(outcome.failure)
         verdicts: Iterable[bool] = (
-            outcome.verdicts if outcome.verdicts is not None else itertools.repeat(False, len(group.keys))
+            outcome.verdicts if outcome.verdicts is not None else itertools.repeat(False, len(group.states))
         )
-        for key, generation, verdict in zip(group.keys, group.generations, verdicts, strict=False):
-            state = self.states.get(key)
-            if state is None or (self.rules.compare_generations and state.generation != generation):
+        for submitted, verdict in zip(group.states, verdicts, strict=False):
+            # The state the result is for: the one submitted, or (mutant) the
+            # key's current state, whatever its generation.
+            state = submitted if self.rules.same_generation_only else self.states.get(submitted.key)
+            if state is None or self.states.get(state.key) is not state:
                 stats.stale_results_dropped += 1
                 continue
             source = state.phase
@@ -116,7 +109,7 @@ class _MutantApply(LookupCore):
                 continue
             dest = NEXT_PHASE.get((source, Event.DRAIN, bool(state.waiters)), source)
             if dest is ABSENT and self.rules.reclaim_orphans:
-                del self.states[key]
+                self._drop(state)
                 stats.orphans_reclaimed += 1
             elif dest is ABSENT or dest is RESOLVED:
                 state.phase = RESOLVED
@@ -130,8 +123,8 @@ class _MutantApply(LookupCore):
 
 
 class StaleResultApplied(_MutantApply):
-    # MUTANT: a result is applied without comparing generations.
-    rules = _ApplyRules(compare_generations=False)
+    # MUTANT: a result is applied to the key's current state without comparing generations.
+    rules = _ApplyRules(same_generation_only=False)
 
 
 class DoubleResult(_MutantApply):
@@ -159,7 +152,7 @@ class MarkMissInFlightUnguarded(LookupCore):
                 continue
             dest = NEXT_PHASE[(state.phase, Event.MARK_MISS, bool(state.waiters))]
             if dest is ABSENT:
-                del self.states[key]
+                self._drop(state)
                 self.stats.orphans_reclaimed += 1
             else:
                 state.phase = dest
