@@ -172,22 +172,22 @@ class LookupCore:
         try:
             state = self.states.get(key)
             req_id = req_context.req_id
-            # Inside the try: an unhashable req_id fails here, and must be
-            # reported as bad input like any other bad req_id.
             if state is not None and req_id in state.waiters:
                 return state.verdict  # the same request asking again
+            # Inside the try: an unhashable req_id fails here, and must be
+            # reported as bad input like any other bad req_id.
+            request = self.requests.get(req_id)
         except (TypeError, AttributeError) as exc:
             raise _bad_lookup(key, req_context) from exc
-        if state is None:
-            # A new probe (ABSENT -> PENDING).  This path and the join below
-            # are written inline: they run for every new (key, request) pair,
-            # and a method call would be a tenth of their cost.
-            if type(key) is not bytes or type(req_id) is not str:
-                raise _bad_lookup(key, req_context)
-        elif type(req_id) is not str:
+        # This path (a new probe, or another request joining one) is written
+        # inline: it runs for every new (key, request) pair, and a method call
+        # would be a tenth of its cost.  A request id is type-checked once,
+        # when it registers: an id equal to a registered one is that request.
+        if state is None and type(key) is not bytes:
             raise _bad_lookup(key, req_context)
-        request = self.requests.get(req_id)
         if request is None:
+            if type(req_id) is not str:
+                raise _bad_lookup(key, req_context)
             request = self.requests[req_id] = WaitingRequest(req_id, req_context)
         if state is None:
             state = self.states[key] = ProbeState(key, request, next(self._generations))
