@@ -1,7 +1,8 @@
 """kvprobe.backends: secondary tiers the manager can probe.
 
-``FsBackend`` and ``InMemoryBackend`` need nothing beyond the standard
-library.  The NIXL backends (``NixlPosixBackend``, ``NixlObjBackend``) are
+``FsBackend``, ``InMemoryBackend`` and ``ProcessBackend`` (which runs any
+of the others in helper processes, off the scheduler's GIL) need nothing
+beyond the standard library.  The NIXL backends (``NixlPosixBackend``, ``NixlObjBackend``) are
 imported lazily on first access, so ``import kvprobe.backends`` works without
 the ``nixl`` extra; constructing one without NIXL raises ``ImportError``
 naming ``kvprobe[nixl]``.
@@ -15,6 +16,7 @@ from kvprobe.backends.base import Backend, BlockStore, Key, check_key
 from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.layout import relative_name
 from kvprobe.backends.memory import InMemoryBackend
+from kvprobe.backends.process import HelperProcessError, ProcessBackend
 
 if TYPE_CHECKING:
     from kvprobe.backends.nixl_obj import BucketNotFoundError, NixlObjBackend, ObjStoreUnavailableError
@@ -25,11 +27,13 @@ __all__ = [
     "BlockStore",
     "BucketNotFoundError",
     "FsBackend",
+    "HelperProcessError",
     "InMemoryBackend",
     "Key",
     "NixlObjBackend",
     "NixlPosixBackend",
     "ObjStoreUnavailableError",
+    "ProcessBackend",
     "check_key",
     "relative_name",
 ]

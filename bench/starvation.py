@@ -37,11 +37,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from bench.common import Row
 from bench.trees import block_tree
 from kvprobe.backends.fs import FsBackend
+from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 __all__ = ["ChunkedFs", "main", "measure", "rows"]
@@ -156,8 +158,10 @@ def measure(
         makers: dict[str, Callable[[], Any]] = {
             "NixlPosixBackend": lambda: NixlPosixBackend(root),
             "NixlPosix chunked(512)": lambda: chunked_nixl(root, 512),
+            "ProcessBackend(NixlPosixBackend)": lambda: ProcessBackend(partial(NixlPosixBackend, root)),
             "FsBackend": lambda: FsBackend(root),
             "ChunkedFs(256)": lambda: ChunkedFs(root, 256),
+            "ProcessBackend(FsBackend)": lambda: ProcessBackend(partial(FsBackend, root)),
             "control: GIL-free C": lambda: GilFreeControl(control_us),
         }
         # Backends alternate within each round, so slow phases of the

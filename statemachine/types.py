@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 from kvprobe.statemachine.records import ProbeState
@@ -89,6 +90,11 @@ class FailureKind(enum.Enum):
     WORKER_DIED = "worker_died"
 
 
+# C-level getters: the worker builds a large group's key list with the GIL held.
+_KEY_OF = attrgetter("key")
+_GENERATION_OF = attrgetter("generation")
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ProbeGroup:
     """The keys of one request submitted together: one ``batch_lookup`` call.
@@ -106,12 +112,12 @@ class ProbeGroup:
     @property
     def keys(self) -> tuple[Key, ...]:
         """The keys to probe, in order (built on each access: read it once)."""
-        return tuple([state.key for state in self.states])
+        return tuple(map(_KEY_OF, self.states))
 
     @property
     def generations(self) -> tuple[int, ...]:
         """``generations[i]`` is the generation of ``keys[i]``."""
-        return tuple([state.generation for state in self.states])
+        return tuple(map(_GENERATION_OF, self.states))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,354 @@
+"""Run a backend in helper processes, so its Python work never holds the scheduler's GIL.
+
+Why.  A backend called on the manager's worker thread shares the GIL with
+the scheduler thread.  Even NIXL POSIX, whose file stats run in C++ without
+the GIL, holds it for much of a call: building a path per key, converting
+the descriptor list, and building NIXL's answer (a dict of strings per key)
+all run under it.  Measured here on a 10,000-file group: about 12 ms of path
+building and 3 ms of descriptors before the call, and the call itself lets a
+pure-Python thread run at only about 0.6 of its idle rate.  A pure-Python
+``os.stat`` loop (``FsBackend``) holds the GIL for everything but the stat
+itself.  ``python -m bench.starvation`` shows what that costs the scheduler.
+
+How.  :class:`ProcessBackend` builds the real backend in a helper process
+(started with ``spawn``: the manager's process has threads, and forking it
+would copy their locks) by calling ``factory()`` there, and forwards each
+``batch_lookup`` over a pipe.  The keys travel as one bytes message (their
+lengths as a 32-bit array, then the keys back to back) and the verdicts come
+back as one byte per key; both conversions run in C in the manager's
+process, and the worker thread waits for the answer in a blocking read
+without the GIL.  The helper's own Python work holds only the helper's GIL.
+
+Concurrency: a helper serves one call at a time.  A call takes an idle
+helper or starts one, up to ``max_procs`` (the manager runs a second call
+while an earlier one is stuck past its timeout); beyond that it fails at
+once, so the manager answers MISS instead of queueing behind a stuck call.
+
+Faults.  Whatever the backend raises in the helper is raised again in the
+caller (the same exception type when it can be pickled, with a note naming
+the helper).  A helper that dies mid-call, or takes longer than
+``call_timeout_s``, is killed and replaced by the next call; the call raises
+:class:`HelperProcessError`.  A verdict that is not a ``bool`` raises
+``TypeError``; a short or long answer keeps its length, so the manager's own
+checks name it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import struct
+import threading
+from array import array
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from kvprobe.backends.base import Backend, Key
+
+__all__ = ["HelperProcessError", "ProcessBackend"]
+
+# Reply status bytes (first byte of every message from a helper).
+_OK = 0
+_RAISED = 1  # payload: the pickled exception
+_RAISED_UNPICKLABLE = 2  # payload: "Type: message" in UTF-8
+_READY = 3  # payload: repr of the backend, UTF-8
+
+# Verdict bytes: 0 False, 1 True, 2 not a bool.
+_VERDICTS = (False, True)
+_NOT_A_BOOL = 2
+_COUNT = struct.Struct("<I")
+
+
+class HelperProcessError(RuntimeError):
+    """A helper process died, hung past ``call_timeout_s``, or could not start."""
+
+
+def _encode(keys: Sequence[Key]) -> bytes:
+    lengths = array("I", map(len, keys))
+    return _COUNT.pack(len(keys)) + lengths.tobytes() + b"".join(keys)
+
+
+def _decode(message: bytes) -> list[Key]:
+    (count,) = _COUNT.unpack_from(message)
+    lengths = array("I")
+    lengths.frombytes(message[_COUNT.size : _COUNT.size + 4 * count])
+    keys: list[Key] = []
+    at = _COUNT.size + 4 * count
+    for length in lengths:
+        keys.append(message[at : at + length])
+        at += length
+    return keys
+
+
+def _verdict_byte(verdict: object) -> int:
+    return 1 if verdict is True else 0 if verdict is False else _NOT_A_BOOL
+
+
+def _error_reply(exc: BaseException) -> bytes:
+    try:
+        return bytes([_RAISED]) + pickle.dumps(exc)
+    except Exception:
+        return bytes([_RAISED_UNPICKLABLE]) + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+
+
+def _serve(conn: Connection, factory: Callable[[], Backend]) -> None:
+    """The helper process: build the backend, then answer lookups until told to stop."""
+    try:
+        backend = factory()
+    except BaseException as exc:
+        conn.send_bytes(_error_reply(exc))
+        return
+    conn.send_bytes(bytes([_READY]) + repr(backend)[:500].encode("utf-8", "replace"))
+    try:
+        while True:
+            try:
+                request = conn.recv_bytes()
+            except EOFError:
+                return  # the manager's process went away
+            if not request:
+                return  # asked to stop
+            try:
+                answer = bytes([_OK]) + bytes(map(_verdict_byte, backend.batch_lookup(_decode(request), None)))
+            except Exception as exc:
+                answer = _error_reply(exc)
+            conn.send_bytes(answer)
+    finally:
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+
+
+class _Helper:
+    """One helper process and the manager's end of its pipe."""
+
+    __slots__ = ("conn", "process")
+
+    def __init__(self, process: Any, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+
+    def kill(self) -> None:
+        self.conn.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5.0)
+
+    def stop(self, timeout_s: float) -> None:
+        try:
+            self.conn.send_bytes(b"")
+        except OSError:
+            pass
+        self.process.join(timeout_s)
+        self.kill()
+
+
+class ProcessBackend:
+    """A backend that runs ``factory()``'s backend in helper processes (see the module docs).
+
+    Args:
+        factory: builds the real backend; called in each helper process, so it
+            must pickle (a class, or ``functools.partial(FsBackend, root)``;
+            not a lambda).  The helper's backend receives ``req_context=None``.
+        max_procs: most helpers alive at once (one per concurrent call).
+        call_timeout_s: a call that has no answer after this long kills its
+            helper and raises :class:`HelperProcessError`; None waits.
+        start_timeout_s: how long starting a helper (importing and calling
+            ``factory``) may take.
+
+    The first helper is started here, so a factory that fails does so now.
+
+    Raises:
+        TypeError: ``factory`` is not callable or does not pickle.
+        ValueError: ``max_procs`` or a timeout is not positive.
+        HelperProcessError: the helper did not start in time, or exited.
+        Exception: whatever ``factory()`` raised in the helper (re-raised
+            here when it pickles, else as :class:`HelperProcessError`).
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], Backend],
+        *,
+        max_procs: int = 2,
+        call_timeout_s: float | None = None,
+        start_timeout_s: float = 120.0,
+    ) -> None:
+        if not callable(factory):
+            raise TypeError(f"factory must be callable, got {type(factory).__name__}")
+        try:
+            pickle.dumps(factory)
+        except Exception as exc:
+            raise TypeError(
+                f"factory must pickle to reach the helper process (use a class or functools.partial, "
+                f"not a lambda or a local function): {exc}"
+            ) from exc
+        if isinstance(max_procs, bool) or not isinstance(max_procs, int) or max_procs < 1:
+            raise ValueError(f"max_procs must be a positive int, got {max_procs!r}")
+        for name, value in (("call_timeout_s", call_timeout_s), ("start_timeout_s", start_timeout_s)):
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        self.factory = factory
+        self.max_procs = max_procs
+        self.call_timeout_s = call_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._context = multiprocessing.get_context("spawn")
+        self._lock = threading.Lock()
+        self._idle: list[_Helper] = []
+        self._busy: set[_Helper] = set()
+        self._starting = 0
+        self._closed = False
+        self.description = repr(factory)
+        helper, self.description = self._start()
+        self._idle.append(helper)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the idle helpers (busy ones are in a call)."""
+        with self._lock:
+            return [h.process.pid for h in self._idle]
+
+    def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
+        """The wrapped backend's verdicts for ``keys``, computed in a helper process.
+
+        Raises:
+            TypeError: a key is not ``bytes`` (before anything is sent).
+            RuntimeError: the backend is closed, or ``max_procs`` calls are
+                already running.
+            HelperProcessError: the helper died or timed out (it is replaced
+                at the next call).
+            TypeError: the wrapped backend answered something other than a bool.
+            Exception: what the wrapped backend raised.
+        """
+        del req_context
+        if not keys:
+            return []
+        if not set(map(type, keys)) <= {bytes}:
+            bad = next(k for k in keys if type(k) is not bytes)
+            raise TypeError(f"keys must be bytes, got {type(bad).__name__}")
+        request = _encode(keys)
+        helper = self._checkout()
+        try:
+            helper.conn.send_bytes(request)
+            if self.call_timeout_s is not None and not helper.conn.poll(self.call_timeout_s):
+                raise TimeoutError(f"no answer within call_timeout_s={self.call_timeout_s}")
+            reply = helper.conn.recv_bytes()
+        except BaseException as exc:
+            # The pipe may now hold half a message: this helper is done for.
+            self._retire(helper)
+            if isinstance(exc, (EOFError, OSError, TimeoutError)):
+                raise HelperProcessError(
+                    f"helper process {helper.process.pid} of {self.description} failed: {type(exc).__name__}: {exc} "
+                    f"(exit code {helper.process.exitcode})"
+                ) from exc
+            raise
+        self._checkin(helper)
+        status = reply[0]
+        if status != _OK:
+            raise self._error(reply, helper)
+        verdicts = reply[1:]
+        if _NOT_A_BOOL in verdicts:
+            raise TypeError(f"{self.description} answered a non-bool for key {verdicts.index(_NOT_A_BOOL)}")
+        return list(map(_VERDICTS.__getitem__, verdicts))
+
+    def close(self) -> None:
+        """Stop the idle helpers and kill busy ones; later lookups raise RuntimeError.  Idempotent.
+
+        A call still running in a killed helper raises :class:`HelperProcessError`.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            idle, self._idle = self._idle, []
+            busy = list(self._busy)
+        for helper in busy:
+            helper.kill()
+        for helper in idle:
+            helper.stop(5.0)
+
+    def __enter__(self) -> ProcessBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ProcessBackend({self.description}, max_procs={self.max_procs})"
+
+    # --- helpers -------------------------------------------------------------------
+
+    def _start(self) -> tuple[_Helper, str]:
+        mine, theirs = self._context.Pipe(duplex=True)
+        process = self._context.Process(target=_serve, args=(theirs, self.factory), name="kvprobe-helper", daemon=True)
+        process.start()
+        theirs.close()
+        helper = _Helper(process, mine)
+        try:
+            if not mine.poll(self.start_timeout_s):
+                raise HelperProcessError(f"helper process did not start within {self.start_timeout_s} s")
+            message = mine.recv_bytes()
+        except EOFError:
+            helper.kill()
+            raise HelperProcessError(
+                f"helper process exited with code {process.exitcode} before it was ready"
+            ) from None
+        except BaseException:
+            helper.kill()
+            raise
+        if message[0] != _READY:
+            helper.kill()
+            raise self._error(message, helper)
+        return helper, message[1:].decode("utf-8", "replace")
+
+    def _checkout(self) -> _Helper:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("ProcessBackend is closed")
+            if self._idle:
+                helper = self._idle.pop()
+                self._busy.add(helper)
+                return helper
+            if len(self._busy) + self._starting >= self.max_procs:
+                raise RuntimeError(f"all {self.max_procs} helper processes are busy (raise max_procs?)")
+            self._starting += 1
+        try:
+            helper, _ = self._start()
+        finally:
+            with self._lock:
+                self._starting -= 1
+        with self._lock:
+            if not self._closed:
+                self._busy.add(helper)
+                return helper
+        helper.stop(5.0)
+        raise RuntimeError("ProcessBackend is closed")
+
+    def _checkin(self, helper: _Helper) -> None:
+        with self._lock:
+            self._busy.discard(helper)
+            if not self._closed:
+                self._idle.append(helper)
+                return
+        helper.stop(5.0)
+
+    def _retire(self, helper: _Helper) -> None:
+        with self._lock:
+            self._busy.discard(helper)
+        helper.kill()
+
+    def _error(self, reply: bytes, helper: _Helper) -> BaseException:
+        status, payload = reply[0], reply[1:]
+        where = f"in helper process {helper.process.pid} of {self.description}"
+        if status == _RAISED:
+            try:
+                exc = pickle.loads(payload)
+            except Exception as unpickling:
+                return HelperProcessError(f"an exception {where} could not be read back: {unpickling}")
+            if isinstance(exc, BaseException):
+                add_note = getattr(exc, "add_note", None)  # Python 3.11+
+                if add_note is not None:
+                    add_note(f"raised {where}")
+                return exc
+        text = payload.decode("utf-8", "replace")
+        return HelperProcessError(f"{text} (raised {where})")
