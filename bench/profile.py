@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from bench.common import Workload
 from bench.hotpath import CLASSES, measure
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
-from kvprobe.statemachine.core import ProbeState
+from kvprobe.statemachine.core import ProbeState, WaitingRequest
 
 __all__ = ["main"]
 
@@ -53,7 +53,7 @@ def steps(number: int = 200_000) -> str:
     env = {
         "m": m, "core": core, "ctx": ctx, "key": key, "state": state, "states": core.states,
         "inbox": core.inbox, "ProbeState": ProbeState, "gen": itertools.count(), "batch": [],
-        "fresh": fresh, "requests": {"r": set()}, "stats": core.stats,
+        "fresh": fresh, "requests": {"r": WaitingRequest("r", ctx)}, "owner": WaitingRequest("r", ctx),
     }  # fmt: skip
 
     def cost(stmt: str, setup: str = "pass") -> float:
@@ -67,11 +67,14 @@ def steps(number: int = 200_000) -> str:
         ("  req_context.req_id", cost("ctx.req_id")),
         ("  req_id in state.waiters", cost("'r' in state.waiters")),
         ("  return state.verdict", cost("state.verdict")),
-        ("new key: one ProbeState(gen, req_id)", cost("ProbeState(1, 'r')")),
+        ("new key: one ProbeState(key, owner, gen)", cost("ProbeState(key, owner, 1)")),
         ("  next(generations)", cost("next(gen)")),
-        ("  reverse index: requests.get + set.add", cost("requests.get('r').add(key)")),
-        ("  step batch append of (key, gen, req)", cost("batch.append((key, 1, 'r'))", "batch.clear()")),
-        ("  stats.probes_created += 1", cost("stats.probes_created += 1")),
+        ("  type(key) is bytes", cost("type(key) is bytes")),
+        (
+            "  reverse index: requests.get + list.append",
+            cost("requests.get('r').states.append(state)", "requests['r'].states.clear()"),
+        ),
+        ("  step batch append of the state", cost("batch.append(state)", "batch.clear()")),
     ]
     m.shutdown()
     lines = [f"| step | ns (min of 5, loop floor {floor:.0f} ns subtracted) |", "|---|---|"]
