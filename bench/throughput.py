@@ -2,7 +2,9 @@
 
 * Files: ``FsBackend`` (Python ``os.stat`` loop) against ``NixlPosixBackend``
   (one ``query_memory`` call per group) on the same tree, ``group`` keys per
-  call, calls alternating between the two backends.
+  call, calls alternating between the backends; and each of the two behind
+  :class:`~kvprobe.backends.process.ProcessBackend` (the same call made in a
+  helper process: what the trip through the pipe costs).
 * Object store: on one local S3 server (``moto_server`` through
   :class:`kvprobe.testing.s3server.S3Server`; DESIGN notes that ``rclone serve
   s3`` is ~10x faster, but it is not installed here), one NIXL OBJ
@@ -22,11 +24,13 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from bench.common import Row
 from bench.trees import block_tree
 from kvprobe.backends.fs import FsBackend
+from kvprobe.backends.process import ProcessBackend
 
 __all__ = ["main", "measure_files", "measure_obj", "rows"]
 
@@ -40,21 +44,26 @@ def _keys_per_s(backend: Any, keys: Sequence[bytes]) -> float:
 def measure_files(n_keys: int, group: int, repeats: int) -> dict[str, list[float]]:
     from kvprobe.backends.nixl_posix import NixlPosixBackend
 
-    out: dict[str, list[float]] = {"FsBackend": [], "NixlPosixBackend": []}
+    out: dict[str, list[float]] = {}
     with block_tree(n_keys) as (root, keys):
-        fs = FsBackend(root)
-        nixl = NixlPosixBackend(root)
+        backends: dict[str, Any] = {
+            "FsBackend": FsBackend(root),
+            "NixlPosixBackend": NixlPosixBackend(root),
+            "ProcessBackend(FsBackend)": ProcessBackend(partial(FsBackend, root)),
+            "ProcessBackend(NixlPosixBackend)": ProcessBackend(partial(NixlPosixBackend, root)),
+        }
         try:
-            answers = (fs.batch_lookup(keys[:group], None), nixl.batch_lookup(keys[:group], None))
-            assert answers[0] == answers[1], "FsBackend and NixlPosixBackend disagree on the same tree"
+            answers = [b.batch_lookup(keys[:group], None) for b in backends.values()]
+            assert all(a == answers[0] for a in answers), "the file backends disagree on the same tree"
+            pairs = list(backends.items())
             for rep in range(repeats):
                 for start in range(0, n_keys, group):
                     chunk = keys[start : start + group]
-                    pair = [("FsBackend", fs), ("NixlPosixBackend", nixl)]
-                    for name, backend in pair if (rep + start) % 2 == 0 else pair[::-1]:
-                        out[name].append(_keys_per_s(backend, chunk))
+                    for name, backend in pairs if (rep + start) % 2 == 0 else pairs[::-1]:
+                        out.setdefault(name, []).append(_keys_per_s(backend, chunk))
         finally:
-            nixl.close()
+            for backend in backends.values():
+                backend.close()
     return out
 
 
