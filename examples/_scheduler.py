@@ -40,14 +40,19 @@ def make_requests(rng: random.Random, count: int, blocks: int) -> list[Request]:
     return out
 
 
-def run(backend: Any, *, requests: int = 8, blocks: int = 64, seed: int = 0, max_s: float = 60.0) -> None:
-    """Drive ``backend`` through a manager; store part of the blocks first (ground truth)."""
+def run(
+    backend: Any, *, writer: Any = None, requests: int = 8, blocks: int = 64, seed: int = 0, max_s: float = 60.0
+) -> None:
+    """Drive ``backend`` through a manager; store part of the blocks first (ground truth).
+
+    ``writer`` stores the blocks (default: ``backend`` itself).
+    """
     rng = random.Random(seed)
     incoming = make_requests(rng, requests, blocks)
     for req in incoming:
         # The shared prefix and the first few own blocks are in the tier.
         for key in req.keys[: blocks // 2 + rng.randrange(0, 8)]:
-            backend.store(key, b"kv-block")
+            (writer or backend).store(key, b"kv-block")
     waiting: list[Request] = []
     running: list[Request] = []
     failed_once = False
