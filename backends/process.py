@@ -186,7 +186,9 @@ class ProcessBackend:
         if isinstance(max_procs, bool) or not isinstance(max_procs, int) or max_procs < 1:
             raise ValueError(f"max_procs must be a positive int, got {max_procs!r}")
         for name, value in (("call_timeout_s", call_timeout_s), ("start_timeout_s", start_timeout_s)):
-            if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf")
+            ):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         self.factory = factory
         self.max_procs = max_procs
@@ -222,6 +224,8 @@ class ProcessBackend:
         """
         del req_context
         if not keys:
+            if self._closed:
+                raise RuntimeError("ProcessBackend is closed")
             return []
         if not set(map(type, keys)) <= {bytes}:
             bad = next(k for k in keys if type(k) is not bytes)

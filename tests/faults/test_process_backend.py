@@ -505,6 +505,7 @@ def test_a_lambda_factory_is_refused_before_any_process_starts(tier: Tier) -> No
         {"call_timeout_s": float("inf")},
         {"call_timeout_s": float("nan")},
         {"call_timeout_s": "1"},
+        {"call_timeout_s": True},
         {"start_timeout_s": 0.0},
         {"start_timeout_s": float("inf")},
     ],
@@ -552,6 +553,8 @@ def test_close_ends_idle_helpers_then_refuses_calls_and_is_idempotent(tier: Tier
     backend.close()
     with pytest.raises(RuntimeError, match="closed"):
         backend.batch_lookup(tier.stored[1:2], None)
+    with pytest.raises(RuntimeError, match="closed"):
+        backend.batch_lookup([], None)
 
 
 def test_the_context_manager_closes(tier: Tier) -> None:

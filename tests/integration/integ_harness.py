@@ -52,7 +52,7 @@ BACKENDS = [
 
 def block_keys(rng: random.Random, hashes: int, groups: int = 1) -> list[bytes]:
     """vLLM-like keys: a 32-byte hash followed by a 4-byte group index."""
-    out = []
+    out: list[bytes] = []
     for _ in range(hashes):
         digest = rng.randbytes(32)
         out.extend(digest + g.to_bytes(4, "little") for g in range(groups))
