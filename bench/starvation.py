@@ -13,8 +13,10 @@ idle window just before it), for ``NixlPosixBackend`` (the whole group is one
 ``query_memory`` call that stats in C++ without the GIL; the per-key path
 strings are still built in Python), for ``FsBackend`` (a pure-Python
 ``os.stat`` loop: the GIL is released only inside each stat), and for
-``ChunkedFs``, FsBackend with a ``time.sleep(0)`` every ``chunk`` keys: a
-sketch, kept here, of the change proposed for ``backends/fs.py``.
+``ChunkedFs``, FsBackend with a ``time.sleep(0)`` every ``chunk`` keys (a
+sketch of in-thread chunking, kept for comparison), and for both file
+backends behind :class:`~kvprobe.backends.process.ProcessBackend`, which
+makes the same calls in a helper process.
 
 A control row, ``control: GIL-free C``, runs a backend that spends about
 ``control_us`` per key hashing a buffer with ``hashlib`` (which drops the GIL)
