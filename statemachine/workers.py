@@ -217,7 +217,13 @@ class ThreadedWorker:
                     return GroupOutcome(group, None, FailureKind.TIMEOUT, f"no answer within {timeout} s")
         assert call.outcome is not None
         with self._lock:
-            if not call.caller_gone:
+            if call.caller_gone:
+                pass
+            elif self._stopping:
+                # stop() has already told the idle callers to end; this one
+                # was busy then, so it is told now or it would wait forever.
+                caller.put(_STOP)
+            else:
                 self._idle.append(caller)
         return call.outcome
 

@@ -228,3 +228,25 @@ def test_mark_miss_of_unknown_keys_changes_nothing() -> None:
         # The next lookups probe afresh: the unknown mark_miss did not stick.
         assert drive(m, {"r1": stored}).values == [True, True]
         assert finish(m, ["r1"]) == 0
+
+
+def test_a_call_answered_after_shutdown_ends_its_caller_thread() -> None:
+    # The call outlives shutdown but not its timeout: its caller thread goes
+    # back to the worker after stop() told the idle callers to end, and must
+    # be told too (it used to wait on its queue for ever).
+    stored = keys("after-stop", 1)
+    backend = Blocking(InMemoryBackend(stored))
+    m = AsyncLookupManager(backend, lookup_timeout_s=30.0, shutdown_timeout_s=0.2)
+    worker = m.worker
+    assert isinstance(worker, ThreadedWorker)
+    assert m.lookup(stored[0], ReqContext("r")) is None
+    m.flush()
+    assert backend.entered.wait(10)
+    m.shutdown()
+    assert worker.caller_threads == 1
+    backend.release.set()
+    deadline = time.monotonic() + 10
+    while (worker.is_alive() or worker.caller_threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not worker.is_alive() and worker.caller_threads == 0
+    assert len(m.core.inbox) == 0
