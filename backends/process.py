@@ -35,6 +35,7 @@ checks name it.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import pickle
 import struct
@@ -92,8 +93,12 @@ def _error_reply(exc: BaseException) -> bytes:
         return bytes([_RAISED_UNPICKLABLE]) + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
 
 
-def _serve(conn: Connection, factory: Callable[[], Backend]) -> None:
+def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level: int) -> None:
     """The helper process: build the backend, then answer lookups until told to stop."""
+    # A spawned process starts with fresh logging: carry over the manager
+    # process's logging.disable() level, so that e.g. NIXL's INFO line per
+    # agent stays as quiet in the helper as the caller asked it to be here.
+    logging.disable(disabled_log_level)
     try:
         backend = factory()
     except BaseException as exc:
@@ -284,7 +289,9 @@ class ProcessBackend:
 
     def _start(self) -> tuple[_Helper, str]:
         mine, theirs = self._context.Pipe(duplex=True)
-        process = self._context.Process(target=_serve, args=(theirs, self.factory), name="kvprobe-helper", daemon=True)
+        process = self._context.Process(
+            target=_serve, args=(theirs, self.factory, logging.root.manager.disable), name="kvprobe-helper", daemon=True
+        )
         process.start()
         theirs.close()
         helper = _Helper(process, mine)
