@@ -29,6 +29,17 @@ VERDICT_BOUND_S = 20.0
 STEP_SLEEP_S = 0.002
 
 
+def nixl_missing() -> str | None:
+    """Why NIXL cannot be used here, or None if it can (a skip reason)."""
+    from kvprobe.backends._nixl_import import load_nixl
+
+    try:
+        load_nixl()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
 @dataclass
 class Drive:
     """What one scheduler-like drive saw."""

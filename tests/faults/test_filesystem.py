@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import Reliability, counters, drive, finish, keys, still_serves
+from fault_harness import Reliability, counters, drive, finish, keys, nixl_missing, still_serves
 
 from kvprobe.backends import FsBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
@@ -36,19 +36,9 @@ NOBODY = 65534
 PATH_MAX = 4096  # bytes including the terminating NUL (Linux)
 
 
-def _nixl_missing() -> str | None:
-    try:
-        from kvprobe.backends._nixl_import import load_nixl
-
-        load_nixl()
-    except ImportError as exc:
-        return str(exc)
-    return None
-
-
 @pytest.fixture(params=["fs", "nixl_posix"])
 def kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "nixl_posix" and (why := _nixl_missing()) is not None:
+    if request.param == "nixl_posix" and (why := nixl_missing()) is not None:
         pytest.skip(f"NIXL not importable: {why}")
     return str(request.param)
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import Reliability, counters, drive, finish, keys, still_serves
+from fault_harness import Reliability, counters, drive, finish, keys, nixl_missing, still_serves
 from helper_backends import (
     ExitingFactory,
     SlowFactory,
@@ -56,16 +56,6 @@ from kvprobe.statemachine import AsyncLookupManager, FailureKind
 #: Bound on anything a test waits for (a helper starting, a thread returning);
 #: generous, the machine is shared.  Nothing asserts how fast it happens.
 BOUND_S = 20.0
-
-
-def _nixl_missing() -> str | None:
-    try:
-        from kvprobe.backends._nixl_import import load_nixl
-
-        load_nixl()
-    except ImportError as exc:
-        return str(exc)
-    return None
 
 
 def _alive(pid: int) -> bool:
@@ -248,7 +238,7 @@ def test_an_empty_key_list_returns_empty_without_a_call(scripted: ProcessBackend
     assert _calls(tier.log) == before
 
 
-@pytest.mark.skipif(_nixl_missing() is not None, reason=f"NIXL not importable: {_nixl_missing()}")
+@pytest.mark.skipif(nixl_missing() is not None, reason=f"NIXL not importable: {nixl_missing()}")
 def test_nixl_posix_verdicts_through_a_helper_equal_its_own(tier: Tier) -> None:
     from kvprobe.backends.nixl_posix import NixlPosixBackend
 
