@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["AgentPool", "load_nixl", "new_agent_name"]
+__all__ = ["AgentPool", "load_nixl", "new_agent_name", "nixl_unavailable"]
 
 _INSTALL_HINT = "install it with: pip install 'kvprobe[nixl]' (which installs nixl-cu12; install torch==2.13.0 first)"
 _counter = itertools.count(1)
@@ -48,6 +48,18 @@ def load_nixl() -> Any:
             return module
         errors.append(f"{name}: has no nixl_agent")
     raise ImportError(f"the NIXL backends need NIXL; {_INSTALL_HINT} ({'; '.join(errors)})")
+
+
+def nixl_unavailable() -> str | None:
+    """Why :func:`load_nixl` fails here (its message), or None when NIXL loads.
+
+    For skip reasons and fallbacks; never raises ImportError.
+    """
+    try:
+        load_nixl()
+    except ImportError as exc:
+        return str(exc)
+    return None
 
 
 def new_agent_name(kind: str) -> str:

@@ -23,11 +23,9 @@ from kvprobe.backends import FsBackend, ProcessBackend
 
 
 def lookup_backend_class() -> Any:
-    try:
-        from kvprobe.backends._nixl_import import load_nixl
+    from kvprobe.backends._nixl_import import nixl_unavailable
 
-        load_nixl()
-    except ImportError:
+    if nixl_unavailable() is not None:
         return FsBackend
     from kvprobe.backends import NixlPosixBackend
 

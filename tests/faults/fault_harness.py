@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kvprobe.backends._nixl_import import nixl_unavailable
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 #: Liveness bound: a verdict must arrive within this many seconds of the
@@ -31,13 +32,7 @@ STEP_SLEEP_S = 0.002
 
 def nixl_missing() -> str | None:
     """Why NIXL cannot be used here, or None if it can (a skip reason)."""
-    from kvprobe.backends._nixl_import import load_nixl
-
-    try:
-        load_nixl()
-    except ImportError as exc:
-        return str(exc)
-    return None
+    return nixl_unavailable()
 
 
 @dataclass

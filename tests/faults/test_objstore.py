@@ -29,13 +29,10 @@ def _missing() -> str | None:
             __import__(module)
         except ImportError as exc:
             return f"{module} is not installed (pip install 'kvprobe[s3]'): {exc}"
-    try:
-        from kvprobe.backends._nixl_import import load_nixl
+    from kvprobe.backends._nixl_import import nixl_unavailable
 
-        load_nixl()
-    except ImportError as exc:
-        return f"NIXL not importable: {exc}"
-    return None
+    why = nixl_unavailable()
+    return None if why is None else f"NIXL not importable: {why}"
 
 
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))

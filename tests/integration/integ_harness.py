@@ -9,18 +9,13 @@ from typing import Any
 
 import pytest
 
+from kvprobe.backends._nixl_import import nixl_unavailable
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 
 def nixl_missing() -> str | None:
     """Why NIXL cannot be used here, or None if it can."""
-    from kvprobe.backends._nixl_import import load_nixl
-
-    try:
-        load_nixl()
-    except ImportError as exc:
-        return str(exc)
-    return None
+    return nixl_unavailable()
 
 
 def s3_missing() -> str | None:
