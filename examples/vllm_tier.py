@@ -1,23 +1,24 @@
-"""How a vLLM secondary KV-cache tier would delegate its lookups to kvprobe.
+"""A vLLM-style secondary tier on kvprobe's drop-in lookup manager.
 
-vLLM is not imported: ``SecondaryTier`` only shows the shape of the
-integration.  The engine-facing hooks (names modelled on vLLM's offloading
-manager; adapt them to the version you integrate with) map one-to-one onto
-the manager:
+The tier is written as vLLM's filesystem tier is: a lookup manager subclass
+implements ``batch_lookup`` (here: a stat per block file, through kvprobe's
+``FsBackend`` layout), and the tier delegates its hooks to the manager:
 
 =============================  ===============================================
-tier hook                      kvprobe call
+tier hook (vLLM)               drop-in call
 =============================  ===============================================
-``lookup(keys, req)``          ``m.lookup(key, req)`` per block: the number of
-                               leading blocks stored, or None = ask next step
-``on_schedule_end()``          ``m.flush()``: this step's lookups become one
-                               batch for the background worker
-``on_request_finished(req)``   ``m.cleanup(req_id)``
-``on_load_failed(keys)``       ``m.mark_miss(keys)``: never claim them again
-``shutdown()``                 ``m.shutdown()``
+``lookup(key, req_context)``   ``lookup`` mapped to HIT / MISS / RETRY
+``on_schedule_end()``          ``flush()``: this step's new keys, one batch
+``on_request_finished(req)``   ``cleanup(req_id)``
+a failed load                  ``mark_miss(keys)``: never claim them again
+``shutdown()``                 ``shutdown()``
 =============================  ===============================================
 
-Run it (no extra needed; it uses a temporary ``FsBackend``)::
+Inside vLLM the import would be ``from vllm.v1.kv_offload.tiering.async_lookup
+import AsyncLookupManager``; nothing else changes.  The scheduler side asks
+for a request's leading stored blocks with ``lookup_prefix``.
+
+Run it (no extra needed; it uses a temporary directory)::
 
     python examples/vllm_tier.py
 """
@@ -26,74 +27,69 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from kvprobe.backends import FsBackend
-from kvprobe.statemachine import AsyncLookupManager, ReqContext
+from kvprobe.integrations.vllm import AsyncLookupManager, LookupResult, as_lookup_result
+from kvprobe.statemachine import ReqContext
 
 
-class SecondaryTier:
-    """A slow KV-cache tier whose existence checks never block the scheduler.
+class FsLookupManager(AsyncLookupManager):
+    """The tier's lookup manager: only ``batch_lookup`` is the tier's own code."""
 
-    Args:
-        backend: any kvprobe backend (``FsBackend``, ``NixlPosixBackend``,
-            ``NixlObjBackend``, or your own ``batch_lookup``).
-        lookup_timeout_s: a tier call slower than this answers MISS.
-    """
+    def __init__(self, tier: FsTier, tier_type: str) -> None:
+        super().__init__(tier_type=tier_type, lookup_timeout_s=5.0)
+        self._tier = tier
 
-    def __init__(self, backend: Any, *, lookup_timeout_s: float = 5.0) -> None:
-        self._m = AsyncLookupManager(backend, name="secondary-tier", lookup_timeout_s=lookup_timeout_s)
+    def batch_lookup(self, keys: list[bytes], req_context: Any) -> Iterable[bool]:
+        return self._tier.files.batch_lookup(keys, req_context)
 
-    def lookup(self, keys: Sequence[bytes], req_id: str) -> int | None:
-        """How many leading blocks of the request are in the tier, or None if not known yet.
 
-        Every key is looked up (so all of them join this step's batch), and
-        the answer is the first miss's index; while some verdict before the
-        first known miss is unknown, the scheduler must ask again next step.
-        """
-        ctx = ReqContext(req_id)
-        verdicts = [self._m.lookup(key, ctx) for key in keys]
-        for i, verdict in enumerate(verdicts):
-            if verdict is None:
-                return None
-            if not verdict:
-                return i
-        return len(verdicts)
+class FsTier:
+    """A secondary tier whose existence checks never block the scheduler."""
+
+    def __init__(self, root: str, tier_type: str = "fs") -> None:
+        self.files = FsBackend(root)
+        self.lookups = FsLookupManager(self, tier_type)
+
+    def lookup(self, key: bytes, req_context: Any) -> LookupResult:
+        return as_lookup_result(self.lookups.lookup(key, req_context))
 
     def on_schedule_end(self) -> None:
-        """End of the scheduling step: submit the collected lookups."""
-        self._m.flush()
+        self.lookups.flush()
 
-    def on_request_finished(self, req_id: str) -> None:
-        """Release everything the request was waiting on."""
-        self._m.cleanup(req_id)
+    def on_request_finished(self, req_context: Any) -> None:
+        self.lookups.cleanup(req_context.req_id)
 
-    def on_load_failed(self, keys: Sequence[bytes]) -> None:
-        """Loading these blocks from the tier failed: answer MISS for them from now on."""
-        self._m.mark_miss(keys)
+    def on_load_failed(self, keys: list[bytes]) -> None:
+        self.lookups.mark_miss(keys)
 
     def shutdown(self) -> None:
-        self._m.shutdown()
+        self.lookups.shutdown()
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kvprobe-vllm-") as root:
-        backend = FsBackend(root)
-        blocks = [bytes([i]) * 32 + (0).to_bytes(4, "little") for i in range(10)]
+        tier = FsTier(root)
+        blocks = [bytes([i]) * 32 + (0).to_bytes(4, "big") for i in range(10)]
         for key in blocks[:6]:
-            backend.store(key, b"kv")
-        tier = SecondaryTier(backend)
+            tier.files.store(key, b"kv")
+        req = ReqContext("req-A")
         try:
             step = 0
-            while (hits := tier.lookup(blocks, "req-A")) is None:
+            while (found := tier.lookups.lookup_prefix(blocks, req)).result is LookupResult.RETRY:
                 tier.on_schedule_end()  # the scheduler moves on; the worker probes
                 time.sleep(0.005)
                 step += 1
-            print(f"after {step} step(s): {hits} of {len(blocks)} blocks can be loaded from the tier")
+            print(f"after {step} step(s): {found.result.name}, {found.hits} of {len(blocks)} blocks in the tier")
+            print(f"block 0 alone: {tier.lookup(blocks[0], req).name}")
             tier.on_load_failed(blocks[5:6])  # the 6th block turned out unreadable
-            print(f"after the failed load: {tier.lookup(blocks, 'req-A')} leading blocks")
-            tier.on_request_finished("req-A")
+            again = tier.lookups.lookup_prefix(blocks, req)
+            print(f"after the failed load: {again.result.name}, {again.hits} leading blocks")
+            tier.on_request_finished(req)
+            tier.on_schedule_end()
+            print(f"states held: {len(tier.lookups)}; backend calls: {tier.lookups.stats.backend_calls}")
         finally:
             tier.shutdown()
 

@@ -1,0 +1,249 @@
+"""The drop-in base class: vLLM's ``AsyncLookupManager`` shape, kvprobe's contract.
+
+vLLM's base class (``vllm/v1/kv_offload/tiering/async_lookup.py``) keeps the
+probe table itself and runs one background thread; a tier subclasses it and
+implements ``batch_lookup``.  This class has the same constructor argument
+(``tier_type``), the same abstract ``batch_lookup(keys, req_context)`` and
+the same scheduler-thread methods, and delegates all of them to a
+:class:`kvprobe.statemachine.AsyncLookupManager` whose backend is the
+subclass's own ``batch_lookup``.  Where vLLM's base would crash the
+scheduler, stall lookups for ever or leak states, kvprobe's contract holds
+instead (``docs/vllm.md`` lists each case).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Collection, Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+from kvprobe.integrations.vllm.results import PrefixVerdict, lookup_prefix
+from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager
+from kvprobe.statemachine.manager import WorkerChoice
+from kvprobe.statemachine.trace import TraceSink
+from kvprobe.statemachine.types import HasReqId, InvalidInputError, Key, Stats
+
+__all__ = ["AsyncLookupManager"]
+
+logger = logging.getLogger(__name__)
+
+
+class _SubclassBackend:
+    """The kvprobe backend a drop-in manager runs: its own ``batch_lookup``.
+
+    A result with a ``tolist`` method (a NumPy array of bools, which vLLM's
+    base accepts through truthiness) is converted to a list of Python bools
+    in C; anything else goes to kvprobe's checks unchanged (so a lazily
+    raising iterable is still caught while it is consumed).
+    """
+
+    __slots__ = ("_tier",)
+
+    def __init__(self, tier: AsyncLookupManager) -> None:
+        self._tier = tier
+
+    def batch_lookup(self, keys: Sequence[Key], req_context: object) -> Iterable[bool]:
+        result = self._tier.batch_lookup(list(keys), req_context)
+        if type(result) is not list:
+            tolist = getattr(result, "tolist", None)
+            if callable(tolist):
+                converted: Iterable[bool] = tolist()
+                return converted
+        return result
+
+
+class AsyncLookupManager(abc.ABC):
+    """Per-tier asynchronous existence lookups, as vLLM's base class, on kvprobe's core.
+
+    Subclass it and implement :meth:`batch_lookup`, exactly as with vLLM's
+    class; the owning tier delegates ``lookup`` to :meth:`lookup`,
+    ``on_schedule_end`` to :meth:`flush` and ``on_request_finished`` to
+    :meth:`cleanup`, and reports failed loads with :meth:`mark_miss`.  All
+    scheduler-thread methods must be called from one thread.
+
+    Args:
+        tier_type: the tier's name (names the worker thread, the metrics
+            label and error messages), as in vLLM.
+        lookup_timeout_s: kvprobe extra.  A ``batch_lookup`` call slower than
+            this resolves its keys as MISS; None (vLLM's behaviour) waits.
+        max_stuck_calls: kvprobe extra (concurrency bound).  With a timeout,
+            how many calls may run on past it, each on its own thread, before
+            further groups fail at once as MISS.
+        shutdown_timeout_s: kvprobe extra.  How long :meth:`shutdown` waits for
+            a running call (vLLM waits for ever).
+        worker: kvprobe extra: ``"thread"`` (default, one background thread
+            as in vLLM), ``"manual"`` for tests, or a kvprobe ``Worker``.
+        checked: kvprobe extra: check the one-thread rule and every invariant
+            after each call (slow; tests and debugging).
+        trace: kvprobe extra: a trace sink (see ``kvprobe.statemachine.trace``).
+        core_class: kvprobe extra: the core to run (e.g. the metered core of
+            ``kvprobe.metrics``); None: kvprobe's ``LookupCore``.
+
+    Raises:
+        InvalidInputError: ``tier_type`` is not a string, or a number
+            argument is not a number.
+        InvalidValueError: a timeout is not positive and finite.
+    """
+
+    def __init__(
+        self,
+        tier_type: str,
+        *,
+        lookup_timeout_s: float | None = None,
+        max_stuck_calls: int = 4,
+        shutdown_timeout_s: float = 5.0,
+        worker: WorkerChoice = "thread",
+        checked: bool = False,
+        trace: TraceSink | None = None,
+        core_class: type[LookupCore] | None = None,
+    ) -> None:
+        if not isinstance(tier_type, str):
+            raise InvalidInputError(f"tier_type must be a string, got {type(tier_type).__name__}")
+        self._tier_type = tier_type
+        manager_class: type[KvprobeManager] = KvprobeManager
+        if core_class is not None:
+            manager_class = type(f"{core_class.__name__}Manager", (KvprobeManager,), {"core_class": core_class})
+        self._manager = manager_class(
+            _SubclassBackend(self),
+            name=tier_type,
+            lookup_timeout_s=lookup_timeout_s,
+            worker=worker,
+            max_stuck_calls=max_stuck_calls,
+            checked=checked,
+            trace=trace,
+            shutdown_timeout_s=shutdown_timeout_s,
+        )
+        self._bind_fast_lookup()
+
+    def _bind_fast_lookup(self) -> None:
+        # The scheduler calls lookup() per block: bind the manager's own
+        # lookup (the core's method when nothing is checked or traced) so
+        # this class adds no call layer.  Not when a subclass overrides
+        # lookup: the instance attribute would hide its override.
+        if type(self).lookup is AsyncLookupManager.lookup:
+            self.lookup = self._manager.lookup  # type: ignore[method-assign]
+
+    @abc.abstractmethod
+    def batch_lookup(self, keys: list[Key], req_context: Any) -> Iterable[bool]:
+        """Whether each of ``keys`` is stored in this tier: one bool per key, in order.
+
+        Called on the worker thread (never the scheduler's); ``req_context`` is
+        the context of the request the group belongs to.  It may raise, return
+        too few or too many results, or be slow: kvprobe turns each of those
+        into MISS for the group's keys (counted in :attr:`stats`) and keeps
+        serving.
+        """
+
+    # --- scheduler-thread API (vLLM's names and meanings) ---------------------------
+
+    def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+        """Non-blocking: True (stored), False (not stored), None (not known yet; retry next step).
+
+        The first lookup of a key queues it for this step's batch; results
+        the worker has published are applied first.
+
+        Raises:
+            InvalidInputError: ``key`` is not bytes or ``req_context.req_id``
+                is not a string (nothing changed).
+            ManagerClosedError: after :meth:`shutdown`.
+        """
+        return self._manager.lookup(key, req_context)
+
+    def flush(self) -> None:
+        """End of step: apply published results, then hand this step's new keys to the worker.
+
+        Never blocks and never raises because of the backend.
+
+        Raises:
+            ManagerClosedError: after :meth:`shutdown`.
+        """
+        self._manager.flush()
+
+    def drain_results(self) -> int:
+        """Apply the results the worker has published; return how many request groups.
+
+        (vLLM's returns None; a caller that ignores the value sees no difference.)
+
+        Raises:
+            ManagerClosedError: after :meth:`shutdown`.
+        """
+        return self._manager.drain_results()
+
+    def mark_miss(self, keys: Collection[Key]) -> None:
+        """A load of these keys from the tier failed: answer False for them from now on.
+
+        Keys with no state are skipped.  The MISS sticks until the state is
+        reclaimed, whatever result of an earlier probe arrives later.
+
+        Raises:
+            InvalidInputError: ``keys`` is a single key or holds a non-bytes
+                element (nothing changed).
+            ManagerClosedError: after :meth:`shutdown`.
+        """
+        self._manager.mark_miss(keys)
+
+    def cleanup(self, req_id: str) -> None:
+        """The request finished: release its interest; in-flight probes are kept for others to join.
+
+        Unknown request ids are ignored (counted in :attr:`stats`).
+
+        Raises:
+            InvalidInputError: ``req_id`` is not a string (nothing changed).
+            ManagerClosedError: after :meth:`shutdown`.
+        """
+        self._manager.cleanup(req_id)
+
+    def shutdown(self) -> None:
+        """Stop the worker (waiting at most ``shutdown_timeout_s``) and reclaim every state.
+
+        Afterwards every method but ``shutdown`` raises ``ManagerClosedError``
+        (a ``RuntimeError``); calling it again does nothing.
+        """
+        self._manager.shutdown()
+        self.lookup = self._manager.lookup  # type: ignore[method-assign]  # now the closed manager's
+
+    # --- kvprobe extras --------------------------------------------------------------
+
+    def lookup_prefix(self, keys: Sequence[Key], req_context: HasReqId) -> PrefixVerdict:
+        """How many leading blocks of a request are stored, as a vLLM result kind.
+
+        See :func:`kvprobe.integrations.vllm.lookup_prefix`.
+
+        Raises:
+            InvalidInputError: bad keys or context.
+            ManagerClosedError: after :meth:`shutdown`.
+        """
+        return lookup_prefix(self.lookup, keys, req_context)
+
+    @property
+    def tier_type(self) -> str:
+        """The tier's name, as given."""
+        return self._tier_type
+
+    @property
+    def stats(self) -> Stats:
+        """A snapshot of kvprobe's counters (failures, timeouts, reclaimed orphans, ...)."""
+        return self._manager.stats
+
+    @property
+    def manager(self) -> KvprobeManager:
+        """The kvprobe manager this drop-in runs on (for observation and metrics)."""
+        return self._manager
+
+    def __len__(self) -> int:
+        """Probe states currently held (0 after shutdown)."""
+        return len(self._manager)
+
+    def __enter__(self) -> AsyncLookupManager:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} (kvprobe drop-in) {self._tier_type!r} {len(self)} states>"
