@@ -197,6 +197,9 @@ class MeteredCore(LookupCore):
         self.delay_seconds = Histogram(DELAY_SECOND_BUCKETS)
         self.call_seconds = Histogram(CALL_SECOND_BUCKETS)
         self.group_keys = Histogram(GROUP_KEY_BUCKETS)
+        #: Set to a list to also keep each folded delay observation as
+        #: ``(steps, seconds, verdicts)`` (``bench.plots`` draws them).
+        self.raw_delays: list[tuple[int, float, int]] | None = None
 
     def flush(self) -> Batch | None:
         """Flush action, plus: stamp each submitted group with the step and the time."""
@@ -236,6 +239,8 @@ class MeteredCore(LookupCore):
             for batch in _drain(self._flushed):
                 self.group_keys.observe_all(float(len(group.states)) for group in batch.groups)
             delays = list(_drain(self._delays))
+            if self.raw_delays is not None:
+                self.raw_delays.extend(delays)
             for steps, seconds, count in delays:
                 self.delay_steps.observe(float(steps), count)
                 self.delay_seconds.observe(seconds, count)
