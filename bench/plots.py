@@ -139,7 +139,7 @@ def plot_starvation(out: Path, quick: bool) -> Path:
         makers: dict[str, Callable[[], Any]] = {
             "NixlPosixBackend (worker thread)": lambda: _nixl(root),
             "FsBackend (worker thread)": lambda: FsBackend(root),
-            "ProcessBackend(NixlPosixBackend)": lambda: ProcessBackend(partial(_nixl_factory, root)),
+            "ProcessBackend(NixlPosixBackend)": lambda: ProcessBackend(partial(_nixl, root)),
         }
         runs: list[Series] = []
         for label, make in makers.items():
@@ -172,10 +172,6 @@ def plot_starvation(out: Path, quick: bool) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
-
-
-def _nixl_factory(root: str) -> Any:
-    return _nixl(root)
 
 
 # --- lookup delay distribution -----------------------------------------------------------
@@ -228,7 +224,7 @@ def plot_delays(out: Path, quick: bool) -> Path:
             "FsBackend": lambda: FsBackend(root),
             "NixlPosixBackend": lambda: _nixl(root),
             "ProcessBackend(FsBackend)": lambda: ProcessBackend(partial(FsBackend, root)),
-            "ProcessBackend(NixlPosixBackend)": lambda: ProcessBackend(partial(_nixl_factory, root)),
+            "ProcessBackend(NixlPosixBackend)": lambda: ProcessBackend(partial(_nixl, root)),
         }
         samples: dict[str, list[tuple[int, float, int]]] = {}
         for label, make in makers.items():

@@ -288,6 +288,10 @@ class LookupMetrics:
             )
         self.manager = inner
         self.tier = inner.name if tier is None else tier
+        # The highest value exported per counter: a scrape that reads the
+        # manager in the middle of a flush could see probes_created one
+        # step behind, and a counter must never go down.
+        self._exported: dict[str, int] = {}
         if not isinstance(self.tier, str):
             raise InvalidInputError(f"tier must be a string, got {type(self.tier).__name__}")
 
@@ -305,6 +309,11 @@ class LookupMetrics:
         """Stop exporting this manager through ``registry`` (no error if it was not)."""
         _exporter(registry).remove(self)
 
+    def _monotonic(self, name: str, value: int) -> int:
+        exported = max(self._exported.get(name, 0), value)
+        self._exported[name] = exported
+        return exported
+
     def collect(self) -> Iterator[Metric]:
         """This manager's metric families (one sample set, labelled with its tier)."""
         tier = self.tier
@@ -314,13 +323,14 @@ class LookupMetrics:
             if f.name == "failures":
                 continue
             family = CounterMetricFamily(f"kvprobe_{f.name}", _COUNTER_HELP[f.name], labels=["tier"])
-            family.add_metric([tier], float(getattr(stats, f.name)))
+            family.add_metric([tier], float(self._monotonic(f.name, getattr(stats, f.name))))
             yield family
         failures = CounterMetricFamily(
             "kvprobe_failures", "Request groups resolved as MISS by a failure, by kind", labels=["tier", "kind"]
         )
         for kind in FailureKind:
-            failures.add_metric([tier, kind.value], float(stats.failures.get(kind.value, 0)))
+            count = self._monotonic(f"failures:{kind.value}", stats.failures.get(kind.value, 0))
+            failures.add_metric([tier, kind.value], float(count))
         yield failures
         yield _gauge("kvprobe_probe_states", "Probe states held", tier, len(m))
         yield _gauge(
@@ -390,16 +400,17 @@ class _Exporter(Collector):
                 self._members.remove(metrics)
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            members = list(self._members)
+        # One scrape at a time (the HTTP server may run two at once): each
+        # member's monotonic counters are read and updated together.
         merged: dict[str, Metric] = {}
-        for member in members:
-            for family in member.collect():
-                into = merged.get(family.name)
-                if into is None:
-                    merged[family.name] = family
-                else:
-                    into.samples.extend(family.samples)
+        with self._lock:
+            for member in self._members:
+                for family in member.collect():
+                    into = merged.get(family.name)
+                    if into is None:
+                        merged[family.name] = family
+                    else:
+                        into.samples.extend(family.samples)
         yield from merged.values()
 
     def describe(self) -> list[Metric]:
