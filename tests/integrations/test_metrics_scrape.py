@@ -179,3 +179,20 @@ def test_the_metered_core_leaves_the_lookup_hot_path_alone() -> None:
 _Metered = lookup_machine(manager_class=MeteredManager)
 _Metered.TestCase.settings = settings(settings(), max_examples=max(10, settings().max_examples // 4))
 TestMeteredCoreConforms = _Metered.TestCase
+
+
+def test_a_counter_read_mid_flush_never_goes_down(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    with MeteredManager(FsBackend(tmp_path), name="mono", worker="manual") as m:
+        LookupMetrics(m).register(registry)
+        m.lookup(KEYS[0], ReqContext("r"))
+        assert registry.get_sample_value("kvprobe_probes_created_total", {"tier": "mono"}) == 1
+        # What a scrape between the two halves of a flush reads: the step
+        # batch taken, the flushed count not yet added.
+        taken, m.core.step_batch = m.core.step_batch, []
+        assert m.stats.probes_created == 0
+        assert registry.get_sample_value("kvprobe_probes_created_total", {"tier": "mono"}) == 1
+        m.core.step_batch = taken
+        m.flush()
+        m.lookup(KEYS[1], ReqContext("r"))
+        assert registry.get_sample_value("kvprobe_probes_created_total", {"tier": "mono"}) == 2
