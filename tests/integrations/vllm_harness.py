@@ -8,11 +8,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kvprobe.integrations.vllm import AsyncLookupManager
+from kvprobe.statemachine import AsyncLookupManager as KvprobeManager
 
 
-def settle(m: AsyncLookupManager, timeout_s: float = 10.0) -> None:
-    """Wait until the worker has answered every submitted group, then apply the answers."""
-    core = m.manager.core
+def settle(m: AsyncLookupManager | KvprobeManager, timeout_s: float = 10.0) -> None:
+    """Wait until the worker has answered every submitted group, then apply the answers.
+
+    ``m`` is a drop-in or a kvprobe manager.
+    """
+    core = (m.manager if isinstance(m, AsyncLookupManager) else m).core
     deadline = time.monotonic() + timeout_s
     while len(core.inbox) < len(core.outstanding):
         if time.monotonic() > deadline:

@@ -210,13 +210,15 @@ class AsyncLookupManager(abc.ABC):
     def lookup_prefix(self, keys: Sequence[Key], req_context: HasReqId) -> PrefixVerdict:
         """How many leading blocks of a request are stored, as a vLLM result kind.
 
-        See :func:`kvprobe.integrations.vllm.lookup_prefix`.
+        See :func:`kvprobe.integrations.vllm.lookup_prefix`; the walk runs on
+        the kvprobe manager underneath (an override of :meth:`lookup` in a
+        subclass is not called).
 
         Raises:
             InvalidInputError: bad keys or context.
             ManagerClosedError: after :meth:`shutdown`.
         """
-        return lookup_prefix(self.lookup, keys, req_context)
+        return lookup_prefix(self._manager, keys, req_context)
 
     @property
     def tier_type(self) -> str:

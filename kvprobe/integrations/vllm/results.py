@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from kvprobe.statemachine.types import HasReqId, InvalidInputError, Key
 
@@ -115,7 +115,7 @@ class PrefixVerdict:
     looked_up: int
 
 
-def prefix_verdict(answer: ChainAnswer, n_keys: int) -> PrefixVerdict:
+def prefix_verdict(answer: ChainAnswer, n_keys: int) -> PrefixVerdict:  # until lookup_chain lands: types.ChainAnswer
     """Reduce a chain lookup of ``n_keys`` keys to a :class:`PrefixVerdict`."""
     if answer.pending:
         return PrefixVerdict(LookupResult.RETRY, answer.leading_hits, answer.looked_up)
@@ -124,18 +124,27 @@ def prefix_verdict(answer: ChainAnswer, n_keys: int) -> PrefixVerdict:
     return PrefixVerdict(LookupResult.HIT, n_keys, answer.looked_up)
 
 
-def lookup_prefix(
-    lookup: Callable[[Key, HasReqId], bool | None], keys: Sequence[Key], req_context: HasReqId
-) -> PrefixVerdict:
+class _Lookups(Protocol):
+    def lookup(self, key: Key, req_context: HasReqId) -> bool | None: ...
+
+
+def lookup_prefix(manager: _Lookups, keys: Sequence[Key], req_context: HasReqId) -> PrefixVerdict:
     """Look up a request's ordered block keys; how many leading blocks are stored.
 
-    ``lookup`` is a lookup manager's ``lookup`` (kvprobe's or the drop-in's).
+    ``manager`` is a kvprobe ``AsyncLookupManager`` (its chain lookup is
+    used when it has one) or anything with a ``lookup(key, req_context)``.
 
     Raises:
         InvalidInputError: ``keys`` is a single ``bytes`` rather than a
             sequence of keys (nothing was looked up), or a key or the context
             is invalid (the keys before it were looked up).
+        ManagerClosedError: the manager was shut down.
     """
     if isinstance(keys, (bytes, bytearray, memoryview, str)):
         raise InvalidInputError(f"lookup_prefix() takes a sequence of keys, got a single {type(keys).__name__}")
-    return prefix_verdict(lookup_chain(lookup, keys, req_context), len(keys))
+    chain = getattr(manager, "lookup_chain", None)
+    if callable(chain):
+        answer = chain(keys, req_context)
+    else:
+        answer = lookup_chain(manager.lookup, keys, req_context)  # until lookup_chain lands
+    return prefix_verdict(answer, len(keys))

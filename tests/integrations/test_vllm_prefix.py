@@ -1,0 +1,83 @@
+"""lookup_prefix and the chain lookup it stands on.
+
+``lookup_chain`` here is the local stand-in for kvprobe's chain lookup
+(until it lands): exactly the single ``lookup`` of each key in order,
+stopping after the first key whose verdict is False.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from vllm_harness import settle
+
+from kvprobe.integrations.vllm import ChainAnswer, LookupResult, PrefixVerdict, lookup_prefix
+from kvprobe.integrations.vllm.results import lookup_chain, prefix_verdict
+from kvprobe.statemachine import AsyncLookupManager, ReqContext
+
+CTX = ReqContext("r")
+
+
+def scripted(verdicts: list[bool | None]) -> tuple[Any, list[bytes]]:
+    asked: list[bytes] = []
+
+    def lookup(key: bytes, ctx: Any) -> bool | None:
+        asked.append(key)
+        return verdicts[key[0]]
+
+    return lookup, asked
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "answer", "result"),
+    [
+        ([], ChainAnswer(0, False, False, 0), PrefixVerdict(LookupResult.HIT, 0, 0)),
+        ([True, True], ChainAnswer(2, False, False, 2), PrefixVerdict(LookupResult.HIT, 2, 2)),
+        ([True, False, True], ChainAnswer(1, True, False, 2), PrefixVerdict(LookupResult.MISS, 1, 2)),
+        ([False, True], ChainAnswer(0, True, False, 1), PrefixVerdict(LookupResult.MISS, 0, 1)),
+        ([True, None, True], ChainAnswer(1, False, True, 3), PrefixVerdict(LookupResult.RETRY, 1, 3)),
+        ([True, None, False, True], ChainAnswer(1, True, True, 3), PrefixVerdict(LookupResult.RETRY, 1, 3)),
+        ([None, True, True], ChainAnswer(0, False, True, 3), PrefixVerdict(LookupResult.RETRY, 0, 3)),
+    ],
+)
+def test_chain_answers_and_result_kinds(
+    verdicts: list[bool | None], answer: ChainAnswer, result: PrefixVerdict
+) -> None:
+    lookup, asked = scripted(verdicts)
+    keys = [bytes([i]) * 20 for i in range(len(verdicts))]
+    got = lookup_chain(lookup, keys, CTX)
+    assert got == answer
+    assert asked == keys[: answer.looked_up]  # each key once, in order, none after the first False
+    assert prefix_verdict(got, len(keys)) == result
+
+
+def test_lookup_prefix_uses_a_managers_chain_lookup_when_it_has_one() -> None:
+    class WithChain:
+        def __init__(self) -> None:
+            self.chained: list[list[bytes]] = []
+
+        def lookup(self, key: bytes, ctx: Any) -> bool | None:
+            raise AssertionError("the chain lookup should have been used")
+
+        def lookup_chain(self, keys: list[bytes], ctx: Any) -> ChainAnswer:
+            self.chained.append(list(keys))
+            return ChainAnswer(1, True, False, 2)
+
+    m = WithChain()
+    keys = [b"a" * 20, b"b" * 20, b"c" * 20]
+    assert lookup_prefix(m, keys, CTX) == PrefixVerdict(LookupResult.MISS, 1, 2)
+    assert m.chained == [keys]
+
+
+def test_lookup_prefix_on_a_kvprobe_manager(tmp_path: Any) -> None:
+    class Half:
+        def batch_lookup(self, keys: list[bytes], ctx: Any) -> list[bool]:
+            return [k[0] < 128 for k in keys]
+
+    with AsyncLookupManager(Half(), name="prefix") as m:
+        keys = [bytes([1]) * 20, bytes([2]) * 20, bytes([200]) * 20, bytes([3]) * 20]
+        assert lookup_prefix(m, keys, CTX) == PrefixVerdict(LookupResult.RETRY, 0, 4)
+        m.flush()
+        settle(m)
+        assert lookup_prefix(m, keys, CTX) == PrefixVerdict(LookupResult.MISS, 2, 3)
