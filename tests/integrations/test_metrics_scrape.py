@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("prometheus_client", reason="the metrics extra is not installed")
+
 from hypothesis import settings
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
