@@ -131,7 +131,10 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
     except BaseException as exc:
         conn.send_bytes(_error_reply(exc))
         return
-    conn.send_bytes(bytes([_READY]) + repr(backend)[:500].encode("utf-8", "replace"))
+    try:
+        conn.send_bytes(bytes([_READY]) + repr(backend)[:500].encode("utf-8", "replace"))
+    except OSError:
+        return  # the process that started us is gone (it gave up, or exited)
     try:
         while True:
             try:
@@ -144,7 +147,10 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
                 answer = bytes([_OK]) + bytes(map(_verdict_byte, backend.batch_lookup(_decode(request), None)))
             except Exception as exc:
                 answer = _error_reply(exc)
-            conn.send_bytes(answer)
+            try:
+                conn.send_bytes(answer)
+            except OSError:
+                return  # the caller gave up on this call (timeout) or went away
     finally:
         close = getattr(backend, "close", None)
         if callable(close):
@@ -262,6 +268,12 @@ class ProcessBackend:
         """Process ids of the idle helpers (busy ones are in a call)."""
         with self._lock:
             return [h.process.pid for h in self._idle]
+
+    @property
+    def helper_pids(self) -> list[int]:
+        """Process ids of every helper, idle or in a call."""
+        with self._lock:
+            return [h.process.pid for h in (*self._idle, *self._busy)]
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
         """The wrapped backend's verdicts for ``keys``, computed in a helper process.
