@@ -34,8 +34,8 @@ Checked and reported; the run exits non-zero unless all hold:
   cleaned up and outstanding calls answered);
 * fork children: every one exited 0;
 * threads, fds and RSS flat after warm-up: the highest value sampled after
-  the first quarter exceeds the highest value of the first quarter by at
-  most a slack (threads 8, fds 16, RSS 8 MiB).  Samples go into arrays
+  the first quarter (at least 5 s) exceeds the highest value of that
+  warm-up by at most a slack (threads 8, fds 16, RSS 8 MiB).  Samples go into arrays
   allocated before the run; counters are plain ints; the set of active
   requests is bounded by the concurrency.  The bookkeeping cannot grow.
 """
@@ -62,7 +62,7 @@ from kvprobe.backends import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext, ThreadedWorker
 
-__all__ = ["main", "run"]
+__all__ = ["Faulty", "flat", "main", "run"]
 
 MIB = 1024 * 1024
 SLACK_THREADS = 8
@@ -244,7 +244,9 @@ def _fork_child(drivens: Sequence[Driven], stored: frozenset[bytes], pool: Seque
     return 0
 
 
-def run(seconds: float, seed: int, bound_s: float, concurrency: int) -> tuple[Tally, dict[str, Any]]:
+def run(
+    seconds: float, seed: int, bound_s: float, concurrency: int, drain_bound_s: float = 30.0
+) -> tuple[Tally, dict[str, Any]]:
     rng = random.Random(seed)
     tally = Tally()
     samples = max(16, int(seconds * 2) + 64)
@@ -341,29 +343,32 @@ def run(seconds: float, seed: int, bound_s: float, concurrency: int) -> tuple[Ta
         # Let orphans in flight come back, then everything must be gone.
         leftovers = {}
         for d in drivens:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + drain_bound_s
             while len(d.m) and time.monotonic() < deadline:
                 d.m.drain_results()
                 time.sleep(0.01)
             leftovers[d.name] = len(d.m)
             d.m.shutdown()
         process_backend.close()
-    quarter = max(1, n_samples // 4)
-
-    def flat(series: array[float], slack: float) -> tuple[float, float, bool]:
-        warm = max(series[:quarter])
-        after = max(series[quarter:n_samples]) if n_samples > quarter else warm
-        return warm, after, after <= warm + slack
-
     figures = {
         "leftovers": leftovers,
-        "threads": flat(threads_s, SLACK_THREADS),
-        "fds": flat(fds_s, SLACK_FDS),
-        "rss_mib": flat(rss_s, SLACK_RSS_MIB),
+        "threads": flat(threads_s, n_samples, SLACK_THREADS),
+        "fds": flat(fds_s, n_samples, SLACK_FDS),
+        "rss_mib": flat(rss_s, n_samples, SLACK_RSS_MIB),
         "samples": n_samples,
         "injected": {"raised": faulty.raised, "short": faulty.short, "hung": faulty.hung},
     }
     return tally, figures
+
+
+def flat(series: array[float], n_samples: int, slack: float) -> tuple[float, float, bool]:
+    """(max of the first quarter, max after it, whether the latter exceeds the former by at most ``slack``)."""
+    # Warm-up: the first quarter, and at least the first 5 samples (one a
+    # second): pools of threads and helpers fill up during the first seconds.
+    quarter = max(1, n_samples // 4, min(5, n_samples - 1))
+    warm = max(series[:quarter])
+    after = max(series[quarter:n_samples]) if n_samples > quarter else warm
+    return warm, after, after <= warm + slack
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -372,9 +377,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--verdict-bound-s", type=float, default=30.0)
     parser.add_argument("--concurrency", type=int, default=24, help="active requests per manager")
+    parser.add_argument(
+        "--drain-bound-s", type=float, default=30.0, help="how long the end waits for in-flight calls to come back"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
-    tally, fig = run(args.seconds, args.seed, args.verdict_bound_s, args.concurrency)
+    tally, fig = run(args.seconds, args.seed, args.verdict_bound_s, args.concurrency, args.drain_bound_s)
     wall = time.monotonic() - started
     checks = {
         "wrong verdicts 0": tally.wrong_verdicts == 0,
