@@ -53,7 +53,11 @@ class AsyncLookupManager:
     Call ``lookup`` for each (key, request) during a scheduling step, ``flush``
     at the end of the step, ``cleanup`` when a request finishes, ``mark_miss``
     when loading a block the tier claimed failed, ``shutdown`` at the end.
-    All of these must be called from one thread (the scheduler's).
+    All of these must be called from one thread (the scheduler's): the first
+    thread that calls ``flush``, ``drain_results``, ``cleanup``,
+    ``mark_miss`` or ``phase`` owns the manager, and those calls from any
+    other thread raise :class:`WrongThreadError` (``lookup`` is checked only
+    in checked mode: it is the hot path).
 
     Args:
         backend: any object with ``batch_lookup(keys, req_context) -> Iterable[bool]``.

@@ -58,7 +58,13 @@ Publish = Callable[[GroupOutcome], None]
 
 
 class Worker(Protocol):
-    """What the manager needs of a worker driver."""
+    """What the manager needs of a worker driver (the shape is ``docs/worker.md``).
+
+    Optional: ``abandon()``, a lock-free stop that the manager's finalizer
+    calls instead of ``stop(0)`` when the manager is collected unshut; and
+    publishing :func:`~kvprobe.statemachine.types.death_marker` when the
+    worker dies, so that a ``lookup`` notices.
+    """
 
     def start(self, backend: Backend, publish: Publish) -> None:
         """Begin serving; called once at construction and again after a death."""
