@@ -202,6 +202,8 @@ class AsyncLookupManager:
                 # core's own drain: this batch must go to a fresh worker.
                 self._revive_worker()
             try:
+                if not self.worker.is_alive():
+                    raise RuntimeError("the worker is not running (it could not be started again)")
                 self.worker.submit(batch)
             except Exception as exc:
                 # A worker that cannot take the batch must not strand its
@@ -348,10 +350,15 @@ class AsyncLookupManager:
         # worker's open groups (and counts the death) ...
         core.drain()
         if core.stats.worker_deaths == self._deaths_seen:
-            # ... a worker that died without one: fail them here.
+            # ... a worker that died without one (or never started): fail them here.
             core.fail_outstanding(FailureKind.WORKER_DIED, f"worker of {self.name!r} died")
-        self.worker.start(self.backend, core.inbox.append)
         self._deaths_seen = core.stats.worker_deaths
+        try:
+            self.worker.start(self.backend, core.inbox.append)
+        except Exception:
+            # No thread to be had now (a resource limit): flush resolves this
+            # step's batch as MISS (WORKER_ERROR) and the next call tries again.
+            pass
 
     def _guard(self) -> None:
         if self._closed:

@@ -480,3 +480,43 @@ def _alive(pid: int) -> bool:
     except ChildProcessError:
         return False
     return finished == 0
+
+
+# --- a worker that cannot be started again ------------------------------------------------------
+
+
+@_thread_ends
+def test_a_worker_that_cannot_restart_costs_misses_not_a_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_start = ThreadedWorker.start
+    refusals = [RuntimeError("can't start new thread (injected)")] * 2
+
+    def start(self: ThreadedWorker, *args: Any) -> None:
+        if refusals and self._thread is not None:  # the first start (construction) succeeds
+            raise refusals.pop()
+        real_start(self, *args)
+
+    real_start_call = ThreadedWorker._start_call
+    kills = [SystemExit("the dispatcher ends (injected)")]
+
+    def dying_start_call(self: ThreadedWorker, *args: Any) -> None:
+        if kills:
+            raise kills.pop()
+        real_start_call(self, *args)
+
+    monkeypatch.setattr(ThreadedWorker, "start", start)
+    monkeypatch.setattr(ThreadedWorker, "_start_call", dying_start_call)
+    with nothing_outlives(), AsyncLookupManager(InMemoryBackend([b"k", b"j", b"i", b"h"])) as m:
+        m.lookup(b"k", A)
+        m.flush()  # the dispatcher dies starting this group
+        assert _poll_with_lookups_only(m, b"k") is False
+        # Two flushes find the worker dead and cannot start it: no raise, the
+        # step's probes resolve as MISS, nothing stays in flight.
+        for key, req in ((b"j", "b"), (b"i", "c")):
+            assert m.lookup(key, ReqContext(req)) is None
+            m.flush()
+            assert m.lookup(key, ReqContext(req)) is False
+            assert not m.core.outstanding
+        assert m.stats.failures["worker_error"] == 2
+        # The third attempt starts it: service resumes.
+        assert drive(m, {"d": [b"h"]}).values == [True]
+        assert finish(m, ["a", "b", "c", "d"]) == 0
