@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import drive, finish, keys, still_serves
+from fault_harness import calls_from_another_thread, drive, finish, keys, process_alive, still_serves
 from helper_backends import marker, scripted_factory
 
 from kvprobe.backends import FsBackend, InMemoryBackend
@@ -237,19 +237,7 @@ def test_scheduler_calls_from_a_second_thread_raise_wrong_thread_error() -> None
                 "mark_miss": lambda: m.mark_miss(stored),
                 "phase": lambda: m.phase(stored[0]),
             }
-            errors: dict[str, BaseException | None] = {}
-
-            def intruder() -> None:
-                for name, call in calls.items():
-                    try:
-                        call()
-                        errors[name] = None
-                    except BaseException as exc:
-                        errors[name] = exc
-
-            thread = threading.Thread(target=intruder, name="intruder")
-            thread.start()
-            thread.join(10)
+            errors = calls_from_another_thread(calls)
             for name in calls:
                 assert isinstance(errors[name], WrongThreadError), f"{name} from another thread: {errors[name]!r}"
                 assert "intruder" in str(errors[name])
@@ -456,9 +444,9 @@ def test_frozen_helpers_are_replaced_with_the_defaults(tmp_path: Path) -> None:
                 assert result.values == [True] * 4
                 for pid in frozen:  # the defaults killed them
                     deadline = time.monotonic() + 20
-                    while _alive(pid) and time.monotonic() < deadline:
+                    while process_alive(pid) and time.monotonic() < deadline:
                         time.sleep(0.05)
-                    assert not _alive(pid), f"frozen helper {pid} still alive"
+                    assert not process_alive(pid), f"frozen helper {pid} still alive"
                 finish(m, ["r", "stuck0", "stuck1"])
                 still_serves(m, writer.store)
         finally:
@@ -468,55 +456,3 @@ def test_frozen_helpers_are_replaced_with_the_defaults(tmp_path: Path) -> None:
 def _helper_pids(backend: ProcessBackend) -> list[str]:
     with backend._lock:
         return [f"{h.process.pid}" for h in backend._busy]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        finished, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return finished == 0
-
-
-# --- a worker that cannot be started again ------------------------------------------------------
-
-
-@_thread_ends
-def test_a_worker_that_cannot_restart_costs_misses_not_a_raise(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_start = ThreadedWorker.start
-    refusals = [RuntimeError("can't start new thread (injected)")] * 2
-
-    def start(self: ThreadedWorker, *args: Any) -> None:
-        if refusals and self._thread is not None:  # the first start (construction) succeeds
-            raise refusals.pop()
-        real_start(self, *args)
-
-    real_start_call = ThreadedWorker._start_call
-    kills = [SystemExit("the dispatcher ends (injected)")]
-
-    def dying_start_call(self: ThreadedWorker, *args: Any) -> None:
-        if kills:
-            raise kills.pop()
-        real_start_call(self, *args)
-
-    monkeypatch.setattr(ThreadedWorker, "start", start)
-    monkeypatch.setattr(ThreadedWorker, "_start_call", dying_start_call)
-    with nothing_outlives(), AsyncLookupManager(InMemoryBackend([b"k", b"j", b"i", b"h"])) as m:
-        m.lookup(b"k", A)
-        m.flush()  # the dispatcher dies starting this group
-        assert _poll_with_lookups_only(m, b"k") is False
-        # Two flushes find the worker dead and cannot start it: no raise, the
-        # step's probes resolve as MISS, nothing stays in flight.
-        for key, req in ((b"j", "b"), (b"i", "c")):
-            assert m.lookup(key, ReqContext(req)) is None
-            m.flush()
-            assert m.lookup(key, ReqContext(req)) is False
-            assert not m.core.outstanding
-        assert m.stats.failures["worker_error"] == 2
-        # The third attempt starts it: service resumes.
-        assert drive(m, {"d": [b"h"]}).values == [True]
-        assert finish(m, ["a", "b", "c", "d"]) == 0
