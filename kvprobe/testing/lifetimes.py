@@ -27,18 +27,30 @@ END_BOUND_S = 10.0
 
 @dataclass
 class Lifetimes:
-    """A snapshot of the threads and child processes alive now."""
+    """A snapshot of the threads and child processes alive now.
 
+    ``prefix`` limits the check to threads and processes whose name starts
+    with it (``"kvprobe-"``: the worker's threads and ``ProcessBackend``'s
+    helpers), so that a third-party backend's own threads, which live as
+    long as the backend, are not taken for the manager's.
+    """
+
+    prefix: str = ""
     threads: set[threading.Thread] = field(default_factory=lambda: set(threading.enumerate()))
     processes: set[int] = field(default_factory=lambda: {p.pid or 0 for p in multiprocessing.active_children()})
 
     def survivors(self) -> list[str]:
         """Threads and child processes started since the snapshot that are still alive."""
-        alive = [f"thread {t.name!r}" for t in threading.enumerate() if t not in self.threads and t.is_alive()]
+        prefix = self.prefix
+        alive = [
+            f"thread {t.name!r}"
+            for t in threading.enumerate()
+            if t not in self.threads and t.is_alive() and t.name.startswith(prefix)
+        ]
         alive += [
             f"process {p.name!r} pid {p.pid}"
             for p in multiprocessing.active_children()
-            if (p.pid or 0) not in self.processes
+            if (p.pid or 0) not in self.processes and p.name.startswith(prefix)
         ]
         return alive
 

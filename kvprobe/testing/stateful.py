@@ -415,7 +415,8 @@ def lookup_machine(
                 self.target.remove(key)
             self.backend = ScriptedBackend(self.target.backend)
             self.ghosts = GhostRecorder()
-            self.lifetimes = Lifetimes()  # what the manager starts must end at teardown
+            # What the manager (and a ProcessBackend) starts must end at teardown.
+            self.lifetimes = Lifetimes(prefix="kvprobe-")
             self.m = manager_class(
                 self.backend,
                 name="conform",

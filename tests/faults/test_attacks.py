@@ -61,6 +61,12 @@ def test_the_lifetime_check_catches_a_thread_left_running() -> None:
     leaked.start()
     with pytest.raises(AssertionError, match="leaked-on-purpose"):
         snapshot.assert_ended(bound_s=0.2)
+    # Limited to the manager's names, a foreign thread is not the manager's to end.
+    assert Lifetimes(prefix="kvprobe-", threads=snapshot.threads).survivors() == []
+    named = threading.Thread(target=release.wait, name="kvprobe-leaked-on-purpose", daemon=True)
+    named.start()
+    with pytest.raises(AssertionError, match="kvprobe-leaked-on-purpose"):
+        Lifetimes(prefix="kvprobe-", threads=snapshot.threads).assert_ended(bound_s=0.2)
     release.set()
     snapshot.assert_ended()
 
