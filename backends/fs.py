@@ -34,11 +34,16 @@ def file_root(root: str | os.PathLike[str]) -> str:
 
     Raises:
         TypeError: ``root`` is not a string or path.
+        ValueError: ``root`` is empty.
         NotADirectoryError: ``root`` exists and is not a directory.
     """
     if not isinstance(root, (str, os.PathLike)):
         raise TypeError(f"root must be a str or os.PathLike, got {type(root).__name__}")
-    resolved = os.path.realpath(os.fspath(root))
+    raw = os.fspath(root)
+    if not raw:
+        # realpath("") is the current directory: a tier must be named, never implied.
+        raise ValueError("root must name a directory, got an empty path")
+    resolved = os.path.realpath(raw)
     if os.path.exists(resolved) and not os.path.isdir(resolved):
         raise NotADirectoryError(f"root {resolved!r} is not a directory")
     return resolved

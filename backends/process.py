@@ -20,14 +20,16 @@ process, and the worker thread waits for the answer in a blocking read
 without the GIL.  The helper's own Python work holds only the helper's GIL.
 
 Concurrency: a helper serves one call at a time.  A call takes an idle
-helper or starts one, up to ``max_procs`` (the manager runs a second call
-while an earlier one is stuck past its timeout); beyond that it fails at
-once, so the manager answers MISS instead of queueing behind a stuck call.
+helper or starts one, up to ``max_procs`` (by default as many as the
+manager's worker runs at once: its concurrent groups plus its stuck calls);
+beyond that it fails at once, so the manager answers MISS instead of
+queueing behind a stuck call.
 
 Faults.  Whatever the backend raises in the helper is raised again in the
 caller (the same exception type when it can be pickled, with a note naming
 the helper).  A helper that dies mid-call, or takes longer than
-``call_timeout_s``, is killed and replaced by the next call; the call raises
+``call_timeout_s`` (10 s by default, so a frozen helper never holds its
+slot for ever), is killed and replaced by the next call; the call raises
 :class:`HelperProcessError`.  A verdict that is not a ``bool`` raises
 ``TypeError``; a short or long answer keeps its length, so the manager's own
 checks name it.
@@ -37,9 +39,11 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import pickle
 import struct
 import threading
+import weakref
 from array import array
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -47,7 +51,7 @@ from typing import Any
 
 from kvprobe.backends.base import Backend, Key
 
-__all__ = ["HelperProcessError", "ProcessBackend"]
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "HelperProcessError", "ProcessBackend"]
 
 # Reply status bytes (first byte of every message from a helper).
 _OK = 0
@@ -59,6 +63,24 @@ _READY = 3  # payload: repr of the backend, UTF-8
 _VERDICTS = (False, True)
 _NOT_A_BOOL = 2
 _COUNT = struct.Struct("<I")
+
+
+#: A helper that has not answered after this long is presumed frozen: it is
+#: killed and replaced.  Far above any healthy call (a 3,600-key stat loop
+#: takes milliseconds; 2,000 S3 HEADs about a second), far below "for ever".
+DEFAULT_CALL_TIMEOUT_S = 10.0
+_DEFAULT_MAX_PROCS = 2
+
+
+def _kill_all(idle: list[_Helper], busy: set[_Helper], pid: int) -> None:
+    """Finalizer: kill the helpers of a ProcessBackend nobody closed (only in the process that started them)."""
+    if os.getpid() != pid:
+        return
+    for helper in [*idle, *busy]:
+        try:
+            helper.kill()
+        except Exception:  # a finalizer has nobody to report to
+            pass
 
 
 class HelperProcessError(RuntimeError):
@@ -101,10 +123,18 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
     logging.disable(disabled_log_level)
     try:
         backend = factory()
+        if not callable(getattr(backend, "batch_lookup", None)):
+            raise TypeError(
+                f"factory() must build a backend with a callable batch_lookup(keys, req_context); "
+                f"it built a {type(backend).__name__}"
+            )
     except BaseException as exc:
         conn.send_bytes(_error_reply(exc))
         return
-    conn.send_bytes(bytes([_READY]) + repr(backend)[:500].encode("utf-8", "replace"))
+    try:
+        conn.send_bytes(bytes([_READY]) + repr(backend)[:500].encode("utf-8", "replace"))
+    except OSError:
+        return  # the process that started us is gone (it gave up, or exited)
     try:
         while True:
             try:
@@ -117,7 +147,10 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
                 answer = bytes([_OK]) + bytes(map(_verdict_byte, backend.batch_lookup(_decode(request), None)))
             except Exception as exc:
                 answer = _error_reply(exc)
-            conn.send_bytes(answer)
+            try:
+                conn.send_bytes(answer)
+            except OSError:
+                return  # the caller gave up on this call (timeout) or went away
     finally:
         close = getattr(backend, "close", None)
         if callable(close):
@@ -156,15 +189,24 @@ class ProcessBackend:
             must pickle (a class, or ``functools.partial(FsBackend, root)``;
             not a lambda).  The helper's backend receives ``req_context=None``.
         max_procs: most helpers alive at once (one per concurrent call).
+            None (the default): as many as the manager's worker runs calls
+            at once (it says so through :meth:`fit_concurrency`), 2 before.
         call_timeout_s: a call that has no answer after this long kills its
-            helper and raises :class:`HelperProcessError`; None waits.
+            helper and raises :class:`HelperProcessError`, so a frozen helper
+            is replaced by itself; None waits for ever (a frozen helper then
+            holds its slot until ``close``).
         start_timeout_s: how long starting a helper (importing and calling
             ``factory``) may take.
 
     The first helper is started here, so a factory that fails does so now.
+    In a child process after ``os.fork()`` the parent's helpers are left to
+    the parent (sharing their pipes would cross answers) and the child starts
+    its own.  A ProcessBackend garbage-collected without ``close`` kills its
+    helpers.
 
     Raises:
-        TypeError: ``factory`` is not callable or does not pickle.
+        TypeError: ``factory`` is not callable or does not pickle, or what it
+            builds has no callable ``batch_lookup``.
         ValueError: ``max_procs`` or a timeout is not positive.
         HelperProcessError: the helper did not start in time, or exited.
         Exception: whatever ``factory()`` raised in the helper (re-raised
@@ -175,8 +217,8 @@ class ProcessBackend:
         self,
         factory: Callable[[], Backend],
         *,
-        max_procs: int = 2,
-        call_timeout_s: float | None = None,
+        max_procs: int | None = None,
+        call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
         start_timeout_s: float = 120.0,
     ) -> None:
         if not callable(factory):
@@ -188,15 +230,16 @@ class ProcessBackend:
                 f"factory must pickle to reach the helper process (use a class or functools.partial, "
                 f"not a lambda or a local function): {exc}"
             ) from exc
-        if isinstance(max_procs, bool) or not isinstance(max_procs, int) or max_procs < 1:
-            raise ValueError(f"max_procs must be a positive int, got {max_procs!r}")
+        if max_procs is not None and (isinstance(max_procs, bool) or not isinstance(max_procs, int) or max_procs < 1):
+            raise ValueError(f"max_procs must be a positive int or None, got {max_procs!r}")
         for name, value in (("call_timeout_s", call_timeout_s), ("start_timeout_s", start_timeout_s)):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf")
             ):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         self.factory = factory
-        self.max_procs = max_procs
+        self._follows_manager = max_procs is None
+        self.max_procs = _DEFAULT_MAX_PROCS if max_procs is None else max_procs
         self.call_timeout_s = call_timeout_s
         self.start_timeout_s = start_timeout_s
         self._context = multiprocessing.get_context("spawn")
@@ -205,15 +248,32 @@ class ProcessBackend:
         self._busy: set[_Helper] = set()
         self._starting = 0
         self._closed = False
+        self._pid = os.getpid()
         self.description = repr(factory)
         helper, self.description = self._start()
         self._idle.append(helper)
+        # Dropped without close(): kill the helpers (they hold pipes and memory).
+        self._finalizer = weakref.finalize(self, _kill_all, self._idle, self._busy, self._pid)
+
+    def fit_concurrency(self, calls: int) -> None:
+        """The manager's worker runs up to ``calls`` calls at once: allow as many helpers.
+
+        Only when ``max_procs`` was left at None; an explicit ``max_procs`` stays.
+        """
+        if self._follows_manager and isinstance(calls, int) and calls >= 1:
+            self.max_procs = calls
 
     @property
     def pids(self) -> list[int]:
         """Process ids of the idle helpers (busy ones are in a call)."""
         with self._lock:
             return [h.process.pid for h in self._idle]
+
+    @property
+    def helper_pids(self) -> list[int]:
+        """Process ids of every helper, idle or in a call."""
+        with self._lock:
+            return [h.process.pid for h in (*self._idle, *self._busy)]
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
         """The wrapped backend's verdicts for ``keys``, computed in a helper process.
@@ -265,11 +325,14 @@ class ProcessBackend:
 
         A call still running in a killed helper raises :class:`HelperProcessError`.
         """
+        self._forget_if_forked()
+        self._finalizer.detach()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            idle, self._idle = self._idle, []
+            idle = list(self._idle)
+            self._idle.clear()
             busy = list(self._busy)
         for helper in busy:
             helper.kill()
@@ -312,7 +375,28 @@ class ProcessBackend:
             raise self._error(message, helper)
         return helper, message[1:].decode("utf-8", "replace")
 
+    def _forget_if_forked(self) -> None:
+        """In a fork child: the helpers and their pipes belong to the parent.
+
+        Using them would cross the parent's and the child's answers (wrong
+        verdicts); killing them would break the parent.  The child closes its
+        copies of the pipes and starts its own helpers when it needs them.
+        """
+        if os.getpid() == self._pid:
+            return
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # may have been held by a parent thread at fork
+        inherited = [*self._idle, *self._busy]
+        self._idle = []
+        self._busy = set()
+        self._starting = 0
+        for helper in inherited:
+            helper.conn.close()
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _kill_all, self._idle, self._busy, self._pid)
+
     def _checkout(self) -> _Helper:
+        self._forget_if_forked()
         with self._lock:
             if self._closed:
                 raise RuntimeError("ProcessBackend is closed")

@@ -54,6 +54,7 @@ from kvprobe.statemachine.types import (
     Key,
     ProbeGroup,
     Stats,
+    is_death_marker,
 )
 
 __all__ = ["InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
@@ -109,6 +110,9 @@ _BACKEND_ERRORS = frozenset(
         FailureKind.BAD_VERDICT,
     }
 )
+
+
+_NO_CALL = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
 
 
 class InvariantViolation(AssertionError):
@@ -294,6 +298,10 @@ class LookupCore:
         ``mark_miss``, from overriding anything.
         """
         group = outcome.group
+        if group.group_id == 0 and is_death_marker(outcome):
+            # The worker's dispatcher ended: whatever it held is lost.
+            self.fail_outstanding(FailureKind.WORKER_DIED, outcome.detail)
+            return
         stats = self._stats
         first = self.outstanding.pop(group.group_id, None) is not None
         if outcome.late:
@@ -335,8 +343,8 @@ class LookupCore:
 
     def _count_call(self, failure: FailureKind | None) -> None:
         stats = self._stats
-        # A dead worker or a saturated one made no backend call for the group.
-        stats.backend_calls += failure is not FailureKind.SATURATED and failure is not FailureKind.WORKER_DIED
+        # A dead, saturated or broken worker made no backend call for the group.
+        stats.backend_calls += failure not in _NO_CALL
         if failure is None:
             return
         stats.failures[failure.value] = stats.failures.get(failure.value, 0) + 1
@@ -347,19 +355,26 @@ class LookupCore:
         elif failure is FailureKind.SATURATED:
             stats.saturated += 1
 
-    def fail_outstanding(self, failure: FailureKind, detail: str) -> int:
-        """Resolve every submitted group that has no outcome yet as a failure.
+    def fail_outstanding(self, failure: FailureKind, detail: str, groups: Iterable[ProbeGroup] | None = None) -> int:
+        """Resolve submitted groups that have no outcome yet as a failure (every key MISS).
 
-        Used when the worker died (its queue is lost) and at shutdown.
-        Returns the number of groups failed.
+        ``groups`` None means every open group: the worker died (its queue is
+        lost; counted in ``worker_deaths``).  Given groups are those a worker
+        could not accept (``submit`` raised).  Returns the number of groups
+        failed.  Never raises.
         """
-        self.drain()
-        groups = list(self.outstanding.values())
+        if groups is None:
+            if self.inbox:
+                self.drain()
+            groups = list(self.outstanding.values())
+            if failure is FailureKind.WORKER_DIED:
+                self._stats.worker_deaths += 1
+        failed = 0
         for group in groups:
-            self.apply(GroupOutcome(group, None, failure, detail))
-        if failure is FailureKind.WORKER_DIED:
-            self._stats.worker_deaths += 1
-        return len(groups)
+            if group.group_id in self.outstanding:
+                self.apply(GroupOutcome(group, None, failure, detail))
+                failed += 1
+        return failed
 
     # --- Cleanup -------------------------------------------------------------
 
@@ -417,6 +432,11 @@ class LookupCore:
             keys = list(keys)
         except TypeError as exc:
             raise InvalidInputError(f"mark_miss() takes an iterable of keys, got {type(keys).__name__}") from exc
+        except Exception as exc:
+            # The caller's iterable broke while it was read: nothing is applied.
+            raise InvalidInputError(
+                f"mark_miss() could not read its keys: {type(exc).__name__}: {exc}; nothing was marked"
+            ) from exc
         for key in keys:
             if type(key) is not bytes:
                 raise InvalidInputError(f"mark_miss() keys must be bytes, got {type(key).__name__}")

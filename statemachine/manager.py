@@ -12,12 +12,12 @@ manager adds no call layer to it.
 
 from __future__ import annotations
 
-import numbers
 import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
 
 from kvprobe.backends.base import Backend
 from kvprobe.spec.lifecycle import LookupPhase
@@ -33,7 +33,14 @@ from kvprobe.statemachine.types import (
     Stats,
     WrongThreadError,
 )
-from kvprobe.statemachine.workers import ManualWorker, ThreadedWorker, Worker
+from kvprobe.statemachine.workers import (
+    DEFAULT_CONCURRENT_GROUPS,
+    ManualWorker,
+    ThreadedWorker,
+    Worker,
+    check_count,
+    check_timeout,
+)
 
 __all__ = ["AsyncLookupManager"]
 
@@ -46,7 +53,11 @@ class AsyncLookupManager:
     Call ``lookup`` for each (key, request) during a scheduling step, ``flush``
     at the end of the step, ``cleanup`` when a request finishes, ``mark_miss``
     when loading a block the tier claimed failed, ``shutdown`` at the end.
-    All of these must be called from one thread (the scheduler's).
+    All of these must be called from one thread (the scheduler's): the first
+    thread that calls ``flush``, ``drain_results``, ``cleanup``,
+    ``mark_miss`` or ``phase`` owns the manager, and those calls from any
+    other thread raise :class:`WrongThreadError` (``lookup`` is checked only
+    in checked mode: it is the hot path).
 
     Args:
         backend: any object with ``batch_lookup(keys, req_context) -> Iterable[bool]``.
@@ -58,16 +69,27 @@ class AsyncLookupManager:
             implementing :class:`~kvprobe.statemachine.workers.Worker`.
         max_stuck_calls: with a timeout, how many calls may run on past it
             before further groups fail at once (bounds the threads).
-        checked: verify the one-thread rule and every invariant after each
-            call (slow; for tests and debugging).
+        max_concurrent_groups: how many request groups the threaded worker
+            runs at once (one slow group holds back no other).
+        checked: verify the one-thread rule on every call (``lookup`` and
+            ``shutdown`` included) and every invariant after each call (slow;
+            for tests and debugging).
         trace: a callable receiving one dict per model action (see
             :mod:`kvprobe.statemachine.trace`).
         shutdown_timeout_s: how long ``shutdown`` waits for the worker thread.
 
+    A manager dropped without ``shutdown`` stops its worker when it is
+    garbage-collected (its threads end once their calls return).  After
+    ``os.fork()`` the child's manager notices that its worker's threads stayed
+    in the parent: the open groups resolve as MISS and a fresh worker starts.
+
     Raises:
-        InvalidInputError: ``backend`` has no callable ``batch_lookup``, or a
-            number argument is not a real number.
-        InvalidValueError: a timeout is negative, zero, or not finite.
+        InvalidInputError: ``backend`` has no callable ``batch_lookup``,
+            ``worker`` is not a worker, ``name`` is not a string, or a number
+            argument is not a number.  Nothing was started.
+        InvalidValueError: a timeout is not positive or above
+            ``threading.TIMEOUT_MAX``, a count is below 1, or ``worker`` is
+            an unknown string.  Nothing was started.
     """
 
     #: The core implementation; the test suite's mutants override this.
@@ -81,6 +103,7 @@ class AsyncLookupManager:
         lookup_timeout_s: float | None = None,
         worker: WorkerChoice = "thread",
         max_stuck_calls: int = 4,
+        max_concurrent_groups: int = DEFAULT_CONCURRENT_GROUPS,
         checked: bool = False,
         trace: TraceSink | None = None,
         shutdown_timeout_s: float = 5.0,
@@ -89,11 +112,25 @@ class AsyncLookupManager:
             raise InvalidInputError(
                 f"backend must have a callable batch_lookup(keys, req_context); {type(backend).__name__} has none"
             )
+        if not isinstance(name, str):
+            raise InvalidInputError(f"name must be a str, got {type(name).__name__}")
         if lookup_timeout_s is not None:
-            lookup_timeout_s = _positive("lookup_timeout_s", lookup_timeout_s)
-        shutdown_timeout_s = _positive("shutdown_timeout_s", shutdown_timeout_s)
-        if isinstance(max_stuck_calls, bool) or not isinstance(max_stuck_calls, int):
-            raise InvalidInputError(f"max_stuck_calls must be an int, got {type(max_stuck_calls).__name__}")
+            lookup_timeout_s = check_timeout("lookup_timeout_s", lookup_timeout_s)
+        shutdown_timeout_s = check_timeout("shutdown_timeout_s", shutdown_timeout_s)
+        check_count("max_stuck_calls", max_stuck_calls)
+        check_count("max_concurrent_groups", max_concurrent_groups)
+        if trace is not None and not callable(trace):
+            raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
+        if isinstance(worker, str):
+            if worker not in ("thread", "manual"):
+                raise InvalidValueError(f"worker must be 'thread', 'manual' or a Worker object, got {worker!r}")
+        else:
+            missing = [m for m in ("start", "submit", "is_alive", "stop") if not callable(getattr(worker, m, None))]
+            if missing:
+                raise InvalidInputError(
+                    f"worker must be 'thread', 'manual' or an object with start, submit, is_alive and stop; "
+                    f"{type(worker).__name__} lacks {', '.join(missing)}"
+                )
         self.name = name
         self.backend = backend
         self.lookup_timeout_s = lookup_timeout_s
@@ -101,21 +138,28 @@ class AsyncLookupManager:
         self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
         if worker == "thread":
             self.worker: Worker = ThreadedWorker(
-                name=name, lookup_timeout_s=lookup_timeout_s, max_stuck_calls=max_stuck_calls
+                name=name,
+                lookup_timeout_s=lookup_timeout_s,
+                max_stuck_calls=max_stuck_calls,
+                max_concurrent_groups=max_concurrent_groups,
             )
         elif worker == "manual":
             self.worker = ManualWorker()
-        elif isinstance(worker, str):
-            raise InvalidValueError(f"worker must be 'thread', 'manual' or a Worker object, got {worker!r}")
         else:
+            assert not isinstance(worker, str)
             self.worker = worker
         self._checked = checked
         self._owner: int | None = None
         self._closed = False
+        self._deaths_seen = 0  # worker deaths the manager has revived after
         if not checked:
             # Hot path: no manager layer between the caller and the core.
             self.lookup = self._core.lookup  # type: ignore[method-assign]
         self.worker.start(backend, self._core.inbox.append)
+        # A manager dropped without shutdown() must not leave its threads
+        # behind (as concurrent.futures does for an executor).  The finalizer
+        # holds the worker, never the manager.
+        self._finalizer = weakref.finalize(self, _stop_abandoned, self.worker)
 
     # --- the scheduler's calls --------------------------------------------------
 
@@ -141,16 +185,32 @@ class AsyncLookupManager:
         """End of step: submit this step's pending probes to the worker.
 
         Also notices a dead worker: its probes resolve as MISS and a new
-        worker is started.  Never raises because of the backend.
+        worker is started.  Never raises because of the backend; a worker
+        whose ``submit`` raises has the batch's probes resolved as MISS
+        (``failures["worker_error"]``).
 
         Raises:
             ManagerClosedError: after ``shutdown``.
+            WrongThreadError: called from a thread other than the owner's.
         """
         self._guard()
         self._revive_worker()
         batch = self._core.flush()
         if batch is not None:
-            self.worker.submit(batch)
+            if self._core.stats.worker_deaths != self._deaths_seen:
+                # A death marker arrived between the revival check and the
+                # core's own drain: this batch must go to a fresh worker.
+                self._revive_worker()
+            try:
+                if not self.worker.is_alive():
+                    raise RuntimeError("the worker is not running (it could not be started again)")
+                self.worker.submit(batch)
+            except Exception as exc:
+                # A worker that cannot take the batch must not strand its
+                # probes IN_FLIGHT: they resolve as MISS, counted.
+                self._core.fail_outstanding(
+                    FailureKind.WORKER_ERROR, f"worker.submit raised {type(exc).__name__}: {exc}", batch.groups
+                )
         self._check()
 
     def drain_results(self) -> int:
@@ -160,6 +220,7 @@ class AsyncLookupManager:
 
         Raises:
             ManagerClosedError: after ``shutdown``.
+            WrongThreadError: called from a thread other than the owner's.
         """
         self._guard()
         self._revive_worker()
@@ -175,6 +236,7 @@ class AsyncLookupManager:
         Raises:
             InvalidInputError: ``req_id`` is not a string.  Nothing changed.
             ManagerClosedError: after ``shutdown``.
+            WrongThreadError: called from a thread other than the owner's.
         """
         self._guard()
         self._core.cleanup(req_id)
@@ -187,9 +249,10 @@ class AsyncLookupManager:
         arrive later.  Keys without a state are counted and ignored.
 
         Raises:
-            InvalidInputError: ``keys`` is a single key or holds a non-bytes
-                element.  Nothing changed.
+            InvalidInputError: ``keys`` is a single key, holds a non-bytes
+                element, or raised while it was read.  Nothing changed.
             ManagerClosedError: after ``shutdown``.
+            WrongThreadError: called from a thread other than the owner's.
         """
         self._guard()
         self._core.mark_miss(keys)
@@ -201,18 +264,25 @@ class AsyncLookupManager:
         Afterwards ``len(m) == 0`` and every call but ``shutdown`` and ``len``
         raises :class:`ManagerClosedError`.  Calling it again does nothing.
         Waits at most ``shutdown_timeout_s`` for the worker thread; a backend
-        call still running then is abandoned (its result is discarded).
+        call still running then is abandoned (its result is discarded, its
+        thread ends when the call returns).  The table is reclaimed even if
+        the worker's ``stop`` raises; that error is then raised.
 
         Raises:
             WrongThreadError: checked mode, called from another thread.
+                Nothing changed.
         """
         if self._closed:
             return
-        self._guard()
+        if self._checked:
+            self._guard()
         self._closed = True
-        self.worker.stop(self._shutdown_timeout_s)
-        self._core.shutdown()
-        self.lookup = self._closed_lookup  # type: ignore[method-assign]
+        self._finalizer.detach()
+        try:
+            self.worker.stop(self._shutdown_timeout_s)
+        finally:
+            self.lookup = self._closed_lookup  # type: ignore[method-assign]
+            self._core.shutdown()
 
     # --- observation ------------------------------------------------------------
 
@@ -224,9 +294,13 @@ class AsyncLookupManager:
         """The key's phase after applying published results, or None if no state is held.
 
         Raises:
+            InvalidInputError: ``key`` is not ``bytes``.
             ManagerClosedError: after ``shutdown``.
+            WrongThreadError: called from a thread other than the owner's.
         """
         self._guard()
+        if type(key) is not bytes:
+            raise InvalidInputError(f"phase() keys must be bytes, got {type(key).__name__}")
         self._core.drain()
         return self._core.phase(key)
 
@@ -248,6 +322,13 @@ class AsyncLookupManager:
         return self._core
 
     def __enter__(self) -> AsyncLookupManager:
+        """Use the manager in a ``with`` block; ``shutdown`` on exit.
+
+        Raises:
+            ManagerClosedError: the manager was already shut down.
+        """
+        if self._closed:
+            raise ManagerClosedError(f"lookup manager {self.name!r} was shut down")
         return self
 
     def __exit__(
@@ -262,20 +343,31 @@ class AsyncLookupManager:
     # --- driver duties ----------------------------------------------------------
 
     def _revive_worker(self) -> None:
-        if self.worker.is_alive():
+        core = self._core
+        if self.worker.is_alive() and core.stats.worker_deaths == self._deaths_seen:
             return
-        # The worker's queue went with it: fail what it held, start afresh.
-        self._core.fail_outstanding(FailureKind.WORKER_DIED, f"worker of {self.name!r} died")
-        self.worker.start(self.backend, self._core.inbox.append)
+        # Apply what was published: a death marker among it fails the dead
+        # worker's open groups (and counts the death) ...
+        core.drain()
+        if core.stats.worker_deaths == self._deaths_seen:
+            # ... a worker that died without one (or never started): fail them here.
+            core.fail_outstanding(FailureKind.WORKER_DIED, f"worker of {self.name!r} died")
+        self._deaths_seen = core.stats.worker_deaths
+        try:
+            self.worker.start(self.backend, core.inbox.append)
+        except Exception:
+            # No thread to be had now (a resource limit): flush resolves this
+            # step's batch as MISS (WORKER_ERROR) and the next call tries again.
+            pass
 
     def _guard(self) -> None:
         if self._closed:
             raise ManagerClosedError(f"lookup manager {self.name!r} was shut down")
-        if self._checked:
-            me = threading.get_ident()
+        me = threading.get_ident()
+        if self._owner != me:
             if self._owner is None:
                 self._owner = me
-            elif self._owner != me:
+            else:
                 raise WrongThreadError(
                     f"lookup manager {self.name!r} is used from thread {threading.current_thread().name!r}; "
                     "it belongs to the thread that first called it"
@@ -289,9 +381,13 @@ class AsyncLookupManager:
         raise ManagerClosedError(f"lookup manager {self.name!r} was shut down")
 
 
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not (0 < float(value) < float("inf")):
-        raise InvalidValueError(f"{name} must be positive and finite, got {value!r}")
-    return float(value)
+def _stop_abandoned(worker: Worker) -> None:
+    """Finalizer of a manager collected without ``shutdown``: stop its worker, wait for nothing."""
+    abandon = getattr(worker, "abandon", None)
+    try:
+        if callable(abandon):
+            abandon()
+        else:
+            worker.stop(0.0)
+    except Exception:  # a finalizer has nobody to report to
+        pass

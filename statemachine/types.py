@@ -30,6 +30,8 @@ __all__ = [
     "ReqContext",
     "Stats",
     "WrongThreadError",
+    "death_marker",
+    "is_death_marker",
 ]
 
 Key = bytes
@@ -71,7 +73,11 @@ class ManagerClosedError(KvprobeError, RuntimeError):
 
 
 class WrongThreadError(KvprobeError, RuntimeError):
-    """Checked mode: a scheduler-only method was called from another thread.
+    """A scheduler-only method was called from a thread other than the owner.
+
+    ``flush``, ``drain_results``, ``cleanup``, ``mark_miss`` and ``phase``
+    always check (one ``threading.get_ident()`` comparison); ``lookup`` and
+    ``shutdown`` only in checked mode.
 
     Nothing in the manager changed when this is raised.
     """
@@ -88,6 +94,7 @@ class FailureKind(enum.Enum):
     TIMEOUT = "timeout"  # exceeded lookup_timeout_s
     SATURATED = "saturated"  # too many calls already stuck past their timeout
     WORKER_DIED = "worker_died"
+    WORKER_ERROR = "worker_error"  # the worker's own machinery failed (e.g. submit raised): no call made
 
 
 # C-level getters: the worker builds a large group's key list with the GIL held.
@@ -118,6 +125,25 @@ class ProbeGroup:
     def generations(self) -> tuple[int, ...]:
         """``generations[i]`` is the generation of ``keys[i]``."""
         return tuple(map(_GENERATION_OF, self.states))
+
+
+#: The group of a death marker: no keys, never submitted (group ids start at 1).
+_DEATH_GROUP = ProbeGroup(0, 0, "", None, ())
+
+
+def death_marker(detail: str) -> GroupOutcome:
+    """The outcome a worker publishes when its dispatcher ends unexpectedly.
+
+    Draining it fails every group still open with ``WORKER_DIED`` (see
+    ``docs/worker.md``): a ``lookup`` notices the death through the inbox it
+    already checks, so waiting requests get their verdict without a flush.
+    """
+    return GroupOutcome(_DEATH_GROUP, None, FailureKind.WORKER_DIED, detail)
+
+
+def is_death_marker(outcome: GroupOutcome) -> bool:
+    """Whether ``outcome`` is a :func:`death_marker` rather than a group's outcome."""
+    return outcome.group is _DEATH_GROUP
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,38 +5,66 @@ one :class:`GroupOutcome` per :class:`ProbeGroup` through the ``publish``
 callable it was started with (the core's inbox ``deque.append``: atomic, so
 no lock).  It touches nothing else of the manager.
 
-* :class:`ThreadedWorker` (the default) runs groups on a background thread and
-  publishes each group as soon as it is done.  With a timeout, every call runs
-  on a *caller* thread that the worker waits on; a call that overstays is
-  reported as TIMEOUT and its caller is set aside as *stuck*.  Policy for calls
-  that never return: at most ``max_stuck_calls`` callers may be stuck at once;
-  while that many are, further groups fail at once as SATURATED instead of
-  starting yet another thread, so threads stay bounded and nothing waits.  A
-  stuck call that eventually returns publishes its answer marked ``late``
-  (the core drops it) and its caller goes back to work.
+* :class:`ThreadedWorker` (the default) runs up to ``max_concurrent_groups``
+  groups at once, each on a *caller* thread, and publishes each group as soon
+  as it is done.  With a timeout, a call that overstays is reported as
+  TIMEOUT and its caller is set aside as *stuck*.  Policy for calls that never
+  return: at most ``max_stuck_calls`` callers may be stuck at once; while
+  that many are, further groups fail at once as SATURATED instead of starting
+  yet another thread, so threads stay bounded and nothing waits.  A stuck
+  call that eventually returns publishes its answer marked ``late`` (the core
+  drops it) and its caller goes back to work.  The shape it follows (states,
+  actions, death marker) is ``docs/worker.md``.
 * :class:`ManualWorker` lets tests pump the worker step by step: take a batch,
   complete, fail or time out any group, in any order.
 """
 
 from __future__ import annotations
 
+import numbers
+import os
 import queue
 import threading
+import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
 from kvprobe.backends.base import Backend
-from kvprobe.statemachine.types import Batch, FailureKind, GroupOutcome, InvalidValueError, ProbeGroup
+from kvprobe.statemachine.types import (
+    Batch,
+    FailureKind,
+    GroupOutcome,
+    InvalidInputError,
+    InvalidValueError,
+    ProbeGroup,
+    death_marker,
+)
 
-__all__ = ["ManualWorker", "Publish", "ThreadedWorker", "Worker", "probe_group"]
+__all__ = [
+    "DEFAULT_CONCURRENT_GROUPS",
+    "ManualWorker",
+    "Publish",
+    "ThreadedWorker",
+    "Worker",
+    "check_count",
+    "check_timeout",
+    "probe_group",
+]
 
 Publish = Callable[[GroupOutcome], None]
 
 
 class Worker(Protocol):
-    """What the manager needs of a worker driver."""
+    """What the manager needs of a worker driver (the shape is ``docs/worker.md``).
+
+    Optional: ``abandon()``, a lock-free stop that the manager's finalizer
+    calls instead of ``stop(0)`` when the manager is collected unshut; and
+    publishing :func:`~kvprobe.statemachine.types.death_marker` when the
+    worker dies, so that a ``lookup`` notices.
+    """
 
     def start(self, backend: Backend, publish: Publish) -> None:
         """Begin serving; called once at construction and again after a death."""
@@ -98,45 +126,122 @@ def _discard(outcome: GroupOutcome) -> None:
 
 _STOP = object()
 
+#: Groups the threaded worker runs at once by default.  Four keeps a slow
+#: group from holding back the fast ones behind it while keeping threads few
+#: (the machine a scheduler runs on has other work).
+DEFAULT_CONCURRENT_GROUPS = 4
+
+
+def check_timeout(name: str, value: object) -> float:
+    """``value`` as a float number of seconds that ``threading`` can wait for.
+
+    Raises:
+        InvalidInputError: not a real number (``bool`` excluded).
+        InvalidValueError: not positive, not finite, or above
+            ``threading.TIMEOUT_MAX`` (an ``Event.wait`` would raise
+            ``OverflowError`` on the worker for every group).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not 0 < seconds <= threading.TIMEOUT_MAX:
+        raise InvalidValueError(
+            f"{name} must be positive and finite, got {value!r} "
+            f"(at most threading.TIMEOUT_MAX = {threading.TIMEOUT_MAX:.0f} s)"
+        )
+    return seconds
+
+
+def check_count(name: str, value: object) -> int:
+    """``value`` if it is an int of at least 1.
+
+    Raises:
+        InvalidInputError: not an ``int`` (``bool`` excluded).
+        InvalidValueError: less than 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidValueError(f"{name} must be at least 1, got {value}")
+    return value
+
 
 class _Call:
     """One backend call handed to a caller thread."""
 
-    __slots__ = ("caller_gone", "done", "group", "outcome", "timed_out")
+    __slots__ = ("deadline", "events", "group", "outcome", "timed_out")
 
-    def __init__(self, group: ProbeGroup) -> None:
+    def __init__(self, group: ProbeGroup, events: queue.SimpleQueue[object], deadline: float) -> None:
         self.group = group
-        self.done = threading.Event()
+        self.events = events  # the dispatcher that started it is told when it ends
+        self.deadline = deadline
         self.outcome: GroupOutcome | None = None
         self.timed_out = False
-        self.caller_gone = False  # the caller thread ended with this call
 
 
 class ThreadedWorker:
-    """Runs groups on a background thread; see the module docstring for timeouts.
+    """Runs up to ``max_concurrent_groups`` groups at once on caller threads.
+
+    A *dispatcher* thread takes batches in order and hands each group to a
+    caller thread (an idle one, or a new one) while fewer than
+    ``max_concurrent_groups`` calls run; each caller publishes its group's
+    outcome the moment the backend returns, so one slow group holds back no
+    other.  With a timeout, the dispatcher reports a call that overstays as
+    TIMEOUT and sets its caller aside as *stuck*; while ``max_stuck_calls``
+    are stuck, further groups fail at once as SATURATED.  A stuck call that
+    returns publishes its answer marked ``late`` (the core drops it) and its
+    caller goes back to the pool.  Threads: 1 dispatcher + at most
+    ``max_concurrent_groups`` busy callers + ``max_stuck_calls`` stuck ones.
+
+    The worker survives any ``Exception`` of its own machinery (the group
+    concerned fails as WORKER_ERROR); if the dispatcher ends anyway it
+    publishes a death marker, and in a child process after ``os.fork()``
+    (where its threads do not exist) it publishes one too and forgets its
+    threads, so the manager fails the open groups and starts afresh.
+    A worker that nobody references any more is stopped by the manager's
+    finalizer.
 
     Args:
         name: used in thread names.
         lookup_timeout_s: a call slower than this is reported as TIMEOUT
             (None: wait as long as the backend takes).
         max_stuck_calls: bound on calls left running past their timeout.
+        max_concurrent_groups: groups whose calls run at once.
+
+    Raises:
+        InvalidInputError: an argument has the wrong type.
+        InvalidValueError: a count below 1, or a timeout that is not a
+            positive number of seconds ``threading`` can wait for.
     """
 
-    def __init__(self, *, name: str = "tier", lookup_timeout_s: float | None = None, max_stuck_calls: int = 4) -> None:
-        if max_stuck_calls < 1:
-            raise InvalidValueError(f"max_stuck_calls must be at least 1, got {max_stuck_calls}")
+    def __init__(
+        self,
+        *,
+        name: str = "tier",
+        lookup_timeout_s: float | None = None,
+        max_stuck_calls: int = 4,
+        max_concurrent_groups: int = DEFAULT_CONCURRENT_GROUPS,
+    ) -> None:
+        if not isinstance(name, str):
+            raise InvalidInputError(f"name must be a str, got {type(name).__name__}")
         self.name = name
+        if lookup_timeout_s is not None:
+            lookup_timeout_s = check_timeout("lookup_timeout_s", lookup_timeout_s)
         self.lookup_timeout_s = lookup_timeout_s
-        self.max_stuck_calls = max_stuck_calls
+        self.max_stuck_calls = check_count("max_stuck_calls", max_stuck_calls)
+        self.max_concurrent_groups = check_count("max_concurrent_groups", max_concurrent_groups)
         self._backend: Backend | None = None
         self._publish: Publish = _discard
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue[object]] = []
+        self._threads: set[threading.Thread] = set()  # every thread of this worker still running
         self._callers = 0
         self._stuck = 0
         self._stopping = False
+        self._pid = os.getpid()
+        _LIVE_WORKERS.add(self)
 
     @property
     def stuck_calls(self) -> int:
@@ -145,93 +250,173 @@ class ThreadedWorker:
 
     @property
     def caller_threads(self) -> int:
-        """Caller threads alive (idle, busy or stuck); bounded by max_stuck_calls + 1."""
+        """Caller threads alive (idle, busy or stuck)."""
         return self._callers
 
+    @property
+    def threads(self) -> list[threading.Thread]:
+        """The threads this worker started that are still running (dispatcher and callers)."""
+        with self._lock:
+            return list(self._threads)
+
     def start(self, backend: Backend, publish: Publish) -> None:
+        """Start a dispatcher (again, after a death) serving ``backend``.
+
+        Tells a backend with ``fit_concurrency(n)`` (such as ``ProcessBackend``)
+        how many calls may run at once.
+        """
+        if os.getpid() != self._pid:
+            self._forget_threads()
+        fit = getattr(backend, "fit_concurrency", None)
+        if callable(fit):
+            fit(self.max_concurrent_groups + (self.max_stuck_calls if self.lookup_timeout_s is not None else 0))
         self._backend = backend
         self._publish = publish
         self._stopping = False
-        self._queue = queue.SimpleQueue()  # a dead worker's queue is abandoned with it
-        self._thread = threading.Thread(
-            target=self._serve, args=(self._queue,), name=f"kvprobe-{self.name}", daemon=True
-        )
-        self._thread.start()
+        events: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._events = events  # a dead dispatcher's queue is abandoned with it
+        thread = threading.Thread(target=self._dispatch, args=(events,), name=f"kvprobe-{self.name}", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        self._thread = thread
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._threads.discard(thread)
+            raise
 
     def submit(self, batch: Batch) -> None:
-        self._queue.put(batch)
+        """Queue ``batch`` for the dispatcher (never blocks)."""
+        self._events.put(batch)
 
     def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """Whether the dispatcher thread runs (False in a fork child, where it does not exist)."""
+        return self._thread is not None and self._thread.is_alive() and self._pid == os.getpid()
 
     def stop(self, timeout_s: float) -> None:
+        """Stop: nothing published from now on reaches the manager; idle callers end now,
+        busy and stuck ones as soon as their call returns.  Waits at most ``timeout_s``
+        for the dispatcher.  Never raises."""
+        if os.getpid() != self._pid:
+            self._forget_threads()
         # Under the lock: once stop() returns, nothing reaches the old publish.
         with self._lock:
             self._stopping = True
             self._publish = _discard
-        self._queue.put(_STOP)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
-        with self._lock:
-            for jobs in self._idle:
-                jobs.put(_STOP)
-            self._idle.clear()
+            idle, self._idle = self._idle, []
+        for calls in idle:
+            calls.put(_STOP)
+        self._events.put(_STOP)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and timeout_s > 0:
+            thread.join(timeout_s)
 
-    def _serve(self, jobs: queue.SimpleQueue[object]) -> None:
-        while True:
-            batch = jobs.get()
-            if batch is _STOP or not isinstance(batch, Batch):
-                return
-            for group in batch.groups:
+    def abandon(self) -> None:
+        """Stop without taking a lock or waiting (a finalizer may run on any thread,
+        even one inside this worker's locked code).  The dispatcher ends and
+        tells the idle callers to end; busy ones end when their call returns."""
+        self._stopping = True
+        self._publish = _discard
+        self._events.put(_STOP)
+
+    # --- the dispatcher ---------------------------------------------------------
+
+    def _dispatch(self, events: queue.SimpleQueue[object]) -> None:
+        pending: deque[ProbeGroup] = deque()
+        # Calls started and neither finished nor timed out, oldest first: all
+        # share one timeout, so the first has the earliest deadline.
+        running: dict[_Call, None] = {}
+        timeout = self.lookup_timeout_s
+        ended_as_asked = False
+        try:
+            while True:
+                while pending and len(running) < self.max_concurrent_groups:
+                    self._start_call(pending.popleft(), events, running)
+                wait: float | None = None
+                if timeout is not None and running:
+                    wait = min(max(0.0, next(iter(running)).deadline - time.monotonic()), threading.TIMEOUT_MAX)
+                try:
+                    item = events.get(timeout=wait)
+                except queue.Empty:
+                    item = None
+                if item is _STOP:
+                    ended_as_asked = True
+                    with self._lock:
+                        idle, self._idle = self._idle, []
+                    for calls in idle:
+                        calls.put(_STOP)
+                    return
+                if isinstance(item, Batch):
+                    if not self._stopping:
+                        pending.extend(item.groups)
+                elif isinstance(item, _Call):
+                    running.pop(item, None)
+                if timeout is not None and running:
+                    self._time_out_overdue(running)
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+                if not ended_as_asked and not self._stopping:
+                    # The groups it held are lost: the marker makes the core fail
+                    # them at its next drain (a lookup is enough).
+                    self._publish(death_marker(f"worker {self.name!r} dispatcher ended unexpectedly"))
+
+    def _start_call(self, group: ProbeGroup, events: queue.SimpleQueue[object], running: dict[_Call, None]) -> None:
+        try:
+            with self._lock:
                 if self._stopping:
                     return
-                outcome = self._run(group)
-                # Publish under the lock and only if not stopped: a call that
-                # outlived shutdown must not put its outcome into the closed
-                # manager's inbox (``self._publish(self._run(g))`` would have
-                # read the old publish before the call started).
-                with self._lock:
-                    if self._stopping:
-                        return
-                    self._publish(outcome)
-
-    def _run(self, group: ProbeGroup) -> GroupOutcome:
-        assert self._backend is not None
-        timeout = self.lookup_timeout_s
-        if timeout is None:
-            return probe_group(self._backend, group)
-        with self._lock:
-            if self._idle:
-                caller = self._idle.pop()
-            elif self._stuck >= self.max_stuck_calls:
-                return GroupOutcome(group, None, FailureKind.SATURATED, f"{self._stuck} calls stuck past the timeout")
-            else:
+                if self.lookup_timeout_s is not None and self._stuck >= self.max_stuck_calls:
+                    self._publish(
+                        GroupOutcome(group, None, FailureKind.SATURATED, f"{self._stuck} calls stuck past the timeout")
+                    )
+                    return
+                caller = self._idle.pop() if self._idle else None
+            if caller is None:
                 caller = self._new_caller()
-        call = _Call(group)
-        caller.put(call)
-        if not call.done.wait(timeout):
+            timeout = self.lookup_timeout_s
+            call = _Call(group, events, time.monotonic() + timeout if timeout is not None else 0.0)
+            running[call] = None
+            caller.put(call)
+        except Exception as exc:
+            # Our own machinery failed (a thread could not start, ...): this
+            # group fails; the dispatcher carries on with the next.
             with self._lock:
-                if call.outcome is None:
-                    call.timed_out = True
-                    self._stuck += 1
-                    return GroupOutcome(group, None, FailureKind.TIMEOUT, f"no answer within {timeout} s")
-        assert call.outcome is not None
-        with self._lock:
-            if call.caller_gone:
-                pass
-            elif self._stopping:
-                # stop() has already told the idle callers to end; this one
-                # was busy then, so it is told now or it would wait forever.
-                caller.put(_STOP)
-            else:
-                self._idle.append(caller)
-        return call.outcome
+                if not self._stopping:
+                    self._publish(GroupOutcome(group, None, FailureKind.WORKER_ERROR, _describe(exc)))
+
+    def _time_out_overdue(self, running: dict[_Call, None]) -> None:
+        now = time.monotonic()
+        while running:
+            call = next(iter(running))
+            if call.deadline > now:
+                return
+            del running[call]
+            with self._lock:
+                if call.outcome is not None:
+                    continue  # it returned just now and published itself
+                call.timed_out = True
+                self._stuck += 1
+                if not self._stopping:
+                    detail = f"no answer within {self.lookup_timeout_s} s"
+                    self._publish(GroupOutcome(call.group, None, FailureKind.TIMEOUT, detail))
+
+    # --- caller threads ---------------------------------------------------------
 
     def _new_caller(self) -> queue.SimpleQueue[object]:
         calls: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._callers += 1
         thread = threading.Thread(target=self._call_loop, args=(calls,), name=f"kvprobe-{self.name}-call", daemon=True)
-        thread.start()
+        with self._lock:
+            self._callers += 1
+            self._threads.add(thread)
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._callers -= 1
+                self._threads.discard(thread)
+            raise
         return calls
 
     def _call_loop(self, calls: queue.SimpleQueue[object]) -> None:
@@ -240,35 +425,70 @@ class ThreadedWorker:
                 call = calls.get()
                 if not isinstance(call, _Call):
                     return
-                assert self._backend is not None
+                backend = self._backend
+                assert backend is not None
                 ending: BaseException | None = None
                 try:
-                    outcome = probe_group(self._backend, call.group)
+                    outcome = probe_group(backend, call.group)
                 except BaseException as exc:
                     # SystemExit and the like end this thread, as they would
                     # any thread; but the call still gets an answer and its
-                    # slot is released, or a dead caller would count as stuck
-                    # for ever and enough of them would saturate the worker.
+                    # slot is released, or the group would wait for ever.
                     ending = exc
                     outcome = GroupOutcome(
                         call.group, None, FailureKind.RAISED, "caller thread ended: " + _describe(exc)
                     )
                 with self._lock:
                     call.outcome = outcome
-                    call.caller_gone = ending is not None
                     if call.timed_out:
-                        # The worker has moved on; this caller is free again.
                         self._stuck -= 1
-                        self._publish(replace(outcome, late=True))
-                        if self._stopping or ending is not None:
-                            return
+                        outcome = replace(outcome, late=True)
+                    # Published under the lock and only if not stopped: a call
+                    # that outlived shutdown must not reach the closed manager.
+                    if not self._stopping:
+                        self._publish(outcome)
+                    keep_going = ending is None and not self._stopping
+                    if keep_going:
                         self._idle.append(calls)
-                call.done.set()
+                call.events.put(call)  # frees its slot in the dispatcher
                 if ending is not None:
                     raise ending
+                if not keep_going:
+                    return
         finally:
             with self._lock:
                 self._callers -= 1
+                self._threads.discard(threading.current_thread())
+
+    # --- fork -------------------------------------------------------------------
+
+    def _forget_threads(self) -> None:
+        """In a fork child: the parent's threads do not exist here; start from nothing."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # it may have been held by a thread that is not here
+        self._idle = []
+        self._threads = set()
+        self._callers = 0
+        self._stuck = 0
+        self._thread = None
+        self._events = queue.SimpleQueue()
+
+    def _after_fork_in_child(self) -> None:
+        self._forget_threads()
+        if not self._stopping:
+            # Groups the parent's threads held will never be answered here.
+            self._publish(death_marker(f"worker {self.name!r} forked: its threads stayed in the parent"))
+
+
+_LIVE_WORKERS: weakref.WeakSet[ThreadedWorker] = weakref.WeakSet()
+
+
+def _workers_after_fork() -> None:
+    for worker in list(_LIVE_WORKERS):
+        worker._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_workers_after_fork)
 
 
 class ManualWorker:
@@ -306,9 +526,17 @@ class ManualWorker:
         self._alive = False
         self._publish = _discard
 
-    def die(self) -> None:
-        """Simulate the worker thread dying with everything it holds."""
+    def die(self, *, publish_marker: bool = False) -> None:
+        """Die: the worker ends with everything it holds.
+
+        With ``publish_marker`` it publishes the death marker, as the threaded
+        worker's dispatcher does (``docs/worker.md``): the core's next drain,
+        a ``lookup`` included, fails every open group.  Without it the death
+        is noticed only at the next ``flush``/``drain_results`` (Revive).
+        """
         self._alive = False
+        if publish_marker:
+            self._publish(death_marker("manual worker died"))
 
     def take_batch(self) -> Batch | None:
         """TakeBatch: move the oldest submitted batch into ``taken``."""

@@ -60,6 +60,7 @@ from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.manager import AsyncLookupManager
 from kvprobe.statemachine.types import FailureKind, GroupOutcome, ManagerClosedError, ProbeGroup, ReqContext
 from kvprobe.statemachine.workers import ManualWorker
+from kvprobe.testing.lifetimes import Lifetimes
 
 __all__ = [
     "FAILURES",
@@ -117,11 +118,17 @@ class ScriptedBackend:
         self.mode = "ok"
         self.calls: list[tuple[tuple[bytes, ...], str | None]] = []
         self.release = threading.Event()
+        #: With groups running concurrently, ``mode`` applies to this request's call only.
+        self.mode_for: str | None = None
 
     def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> Any:
         keys = list(keys)
-        self.calls.append((tuple(keys), getattr(req_context, "req_id", None)))
-        mode, self.mode = self.mode, "ok"
+        req_id = getattr(req_context, "req_id", None)
+        self.calls.append((tuple(keys), req_id))
+        if self.mode_for is not None and req_id != self.mode_for:
+            mode = "ok"
+        else:
+            mode, self.mode = self.mode, "ok"
         if mode == "hang":
             # Blocks until the test releases it (a call that overstays its timeout).
             self.release.wait()
@@ -408,6 +415,8 @@ def lookup_machine(
                 self.target.remove(key)
             self.backend = ScriptedBackend(self.target.backend)
             self.ghosts = GhostRecorder()
+            # What the manager (and a ProcessBackend) starts must end at teardown.
+            self.lifetimes = Lifetimes(prefix="kvprobe-")
             self.m = manager_class(
                 self.backend,
                 name="conform",
@@ -433,6 +442,7 @@ def lookup_machine(
             self.m.shutdown()
             if self.target.close is not None:
                 self.target.close()
+            self.lifetimes.assert_ended()
 
         @initialize(stored=st.sets(st.sampled_from(key_pool)))
         def initial_blocks(self, stored: set[bytes]) -> None:
@@ -491,10 +501,12 @@ def lookup_machine(
         def Flush(self, fail: str | None) -> None:
             if fail == "hang" and self.hung is not None:
                 fail = None  # one stuck call at a time keeps the worker's bound on stuck calls out of play
-            if fail is not None:
-                self.backend.mode = fail
-            self.m.flush()
             self.s, groups = model.flush(model.revive(self.s))
+            if fail is not None:
+                # Groups run concurrently: the scripted failure goes to the first group's call.
+                self.backend.mode = fail
+                self.backend.mode_for = groups[0].req if groups else None
+            self.m.flush()
             if not manual:
                 self._run_thread_worker(groups, fail)
 
@@ -730,16 +742,26 @@ def lookup_machine(
                 self.backend.mode = "ok"
                 return
             self.s, _ = model.take_batch(self.s)
-            for i, group in enumerate(groups):
+            truths = {}
+            for group in groups:
                 self._expect_call(group)
-                if i == 0 and fail == "hang":
-                    self.s = model.time_out(self.s, group.group_id)
+                truths[group.group_id] = self._truth(group)
+            self._wait_published(len(self.s.inbox) + len(groups))
+            # Groups run concurrently and publish as they finish: the model's
+            # worker answers them in the order the real one did.
+            published = [o.group.group_id for o in list(self.m.core.inbox)[-len(groups) :]]
+            by_id = {group.group_id: group for group in groups}
+            assert sorted(published) == sorted(by_id), f"published {published}, submitted {sorted(by_id)}"
+            for gid in published:
+                group = by_id[gid]
+                if group is groups[0] and fail == "hang":
+                    self.s = model.time_out(self.s, gid)
                     self.hung = group
-                elif i == 0 and fail is not None:
-                    self.s = model.fail_group(self.s, group.group_id, FAILURES[fail].value)
+                elif group is groups[0] and fail is not None:
+                    self.s = model.fail_group(self.s, gid, FAILURES[fail].value)
                 else:
-                    self.s = model.complete_group(self.s, group.group_id, self._truth(group))
-            self._wait_published(len(self.s.inbox))
+                    self.s = model.complete_group(self.s, gid, truths[gid])
+            self.backend.mode_for = None
 
         if not manual:
             # Only the threaded machine has this rule (an extra rule would change how the
@@ -835,9 +857,11 @@ def lookup_machine(
                 got = [self.m.core.phase(k) for k in key_pool]
                 want = [p.phase if (p := self.s.probes.get(k)) else None for k in key_pool]
                 assert got == want, f"phases {got}, the model {want}"
-            assert self.backend.calls == self.expected_calls, (
-                f"backend calls {self.backend.calls}, the model expects {self.expected_calls}"
-            )
+            calls, expected = self.backend.calls, self.expected_calls
+            if not manual:
+                # Concurrent groups call the backend in any order.
+                calls, expected = sorted(calls, key=repr), sorted(expected, key=repr)
+            assert calls == expected, f"backend calls {self.backend.calls}, the model expects {self.expected_calls}"
             assert self.ghosts.checker.count == len(self.ghosts.events)
 
     LookupMachine.__name__ = f"LookupMachine_{manager_class.__name__}_{worker}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from kvprobe.statemachine import (
     ThreadedWorker,
     WrongThreadError,
 )
+from kvprobe.testing.lifetimes import nothing_outlives
 
 A = ReqContext("a")
 
@@ -139,17 +141,22 @@ def test_hung_calls_keep_threads_bounded_and_fail_fast_as_saturated() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_dead_worker_is_noticed_and_replaced() -> None:
-    def die(keys: Sequence[bytes]) -> list[bool]:
-        raise SystemExit("worker thread ends")
+def test_dead_worker_is_noticed_and_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ThreadedWorker._start_call
+    kills = [SystemExit("the dispatcher ends (injected)")]
 
-    backend = Scripted(die)
-    with AsyncLookupManager(backend) as m:
+    def start_call(self: ThreadedWorker, *args: Any) -> None:
+        if kills:
+            raise kills.pop()
+        real(self, *args)
+
+    monkeypatch.setattr(ThreadedWorker, "_start_call", start_call)
+    backend = Scripted(lambda keys: [True] * len(keys))
+    with nothing_outlives(), AsyncLookupManager(backend) as m:
         m.lookup(b"k", A)
         m.flush()
         assert wait_verdict(m, b"k") is False
-        assert m.stats.worker_deaths >= 1 and m.stats.failures.get("worker_died", 0) >= 1
-        backend.answer = lambda keys: [True] * len(keys)
+        assert m.stats.worker_deaths == 1 and m.stats.failures == {"worker_died": 1}
         m.lookup(b"k2", A)
         m.flush()
         assert wait_verdict(m, b"k2") is True

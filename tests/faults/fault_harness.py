@@ -15,7 +15,9 @@ session writes those rows as the Reliability table.
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +122,38 @@ def keys(prefix: str, n: int) -> list[bytes]:
     as real ones do (a shared text prefix would put them all in one shard).
     """
     return [hashlib.sha256(f"{prefix}-{i}".encode()).digest()[:16] for i in range(n)]
+
+
+def calls_from_another_thread(calls: Mapping[str, Callable[[], object]]) -> dict[str, BaseException | None]:
+    """Make each call from a new thread named "intruder"; what each raised (None: it returned)."""
+    errors: dict[str, BaseException | None] = {}
+
+    def intruder() -> None:
+        for name, call in calls.items():
+            try:
+                call()
+                errors[name] = None
+            except BaseException as exc:
+                errors[name] = exc
+
+    thread = threading.Thread(target=intruder, name="intruder")
+    thread.start()
+    thread.join(VERDICT_BOUND_S)
+    return errors
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie counts as exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
 
 
 # --- the Reliability table ---------------------------------------------------------

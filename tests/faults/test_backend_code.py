@@ -192,18 +192,25 @@ def test_late_answer_does_not_override_a_new_probe() -> None:
         assert finish(m, ["r2"]) == 0
 
 
-@pytest.mark.parametrize("max_stuck", [1, 3])
-def test_hung_calls_keep_threads_bounded_and_service_resumes(max_stuck: int, reliability: Reliability) -> None:
-    # Policy (statemachine/workers.py): at most max_stuck_calls calls may run
-    # on past their timeout; while that many are stuck, further groups fail at
-    # once as SATURATED instead of starting another thread.
+@pytest.mark.parametrize(("max_stuck", "concurrent"), [(1, 1), (3, 1), (1, 4), (3, 4)])
+def test_hung_calls_keep_threads_bounded_and_service_resumes(
+    max_stuck: int, concurrent: int, reliability: Reliability
+) -> None:
+    # Policy (statemachine/workers.py): a group starts only while fewer than
+    # max_stuck_calls calls run on past their timeout; otherwise it fails at
+    # once as SATURATED instead of starting another thread.  The calls
+    # running together may all time out at once, so at worst
+    # max_stuck_calls + max_concurrent_groups - 1 are stuck (exactly
+    # max_stuck_calls when groups run one at a time).
     stored = keys("stored", 2)
     inner = InMemoryBackend(stored)
     backend = Hanging(inner)
     threads_before = threading.active_count()
     n_requests = 40
     wants = {f"r{i}": keys(f"req{i}", 2) for i in range(n_requests)}
-    with AsyncLookupManager(backend, lookup_timeout_s=0.1, max_stuck_calls=max_stuck) as m:
+    with AsyncLookupManager(
+        backend, lookup_timeout_s=0.1, max_stuck_calls=max_stuck, max_concurrent_groups=concurrent
+    ) as m:
         worker = m.worker
         assert isinstance(worker, ThreadedWorker)
         peak_threads = 0
@@ -224,19 +231,22 @@ def test_hung_calls_keep_threads_bounded_and_service_resumes(max_stuck: int, rel
         watch(0)
         assert result.values == [False] * (2 * n_requests)
         stats = m.stats
-        assert stats.timeouts == max_stuck, stats.failures
-        assert stats.saturated == n_requests + 20 - max_stuck
+        stuck = stats.timeouts
+        assert max_stuck <= stuck <= max_stuck + concurrent - 1, stats.failures
+        if concurrent == 1:
+            assert stuck == max_stuck
+        assert stats.saturated == n_requests + 20 - stuck
         # A timed-out caller may reach batch_lookup late on a loaded machine:
         # wait (bounded) for the stuck ones, then none may be beyond them.
         deadline = time.monotonic() + 10
-        while backend.entered < max_stuck and time.monotonic() < deadline:
+        while backend.entered < stuck and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert backend.entered == max_stuck, "a call was started while the worker was saturated"
-        assert worker.stuck_calls == max_stuck
-        # Caller threads: the stuck ones plus at most one at work.
-        assert peak_callers <= max_stuck + 1
-        # The worker thread, the callers, nothing else.
-        assert peak_threads <= threads_before + 1 + max_stuck + 1, (peak_threads, threads_before)
+        assert backend.entered == stuck, "a call was started while the worker was saturated"
+        assert worker.stuck_calls == stuck
+        # Caller threads: the stuck ones plus at most max_concurrent_groups at work.
+        assert peak_callers <= max_stuck + concurrent
+        # The dispatcher, the callers, nothing else.
+        assert peak_threads <= threads_before + 1 + max_stuck + concurrent, (peak_threads, threads_before)
 
         # The hung calls return: their late answers are dropped, the stuck
         # slots free up, and the tier serves true verdicts again.
@@ -248,11 +258,12 @@ def test_hung_calls_keep_threads_bounded_and_service_resumes(max_stuck: int, rel
             time.sleep(0.005)
         assert worker.stuck_calls == 0
         m.drain_results()
-        assert m.stats.late_results == max_stuck
+        assert m.stats.late_results == stuck
         still_serves(m, inner.store)
-        assert worker.caller_threads <= max_stuck + 1
+        assert worker.caller_threads <= max_stuck + concurrent
         reliability.record(
-            f"{n_requests + 20} groups on a backend that never returns (max_stuck_calls={max_stuck})",
+            f"{n_requests + 20} groups on a backend that never returns "
+            f"(max_stuck_calls={max_stuck}, max_concurrent_groups={concurrent})",
             "scripted (in-memory)",
             delivered=len(result.verdicts),
             asked=2 * n_requests,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import drive, finish, keys
+from fault_harness import calls_from_another_thread, drive, finish, keys
 
 from kvprobe.backends import FsBackend, InMemoryBackend
 from kvprobe.statemachine import (
@@ -281,19 +281,7 @@ def test_checked_mode_rejects_a_second_thread() -> None:
             "phase": lambda: m.phase(stored[0]),
             "shutdown": m.shutdown,
         }
-        errors: dict[str, BaseException | None] = {}
-
-        def other_thread() -> None:
-            for name, call in calls.items():
-                try:
-                    call()
-                    errors[name] = None
-                except BaseException as exc:
-                    errors[name] = exc
-
-        thread = threading.Thread(target=other_thread, name="intruder")
-        thread.start()
-        thread.join(10)
+        errors = calls_from_another_thread(calls)
         for name in calls:
             exc = errors[name]
             assert isinstance(exc, WrongThreadError), f"{name} from another thread: {exc!r}"

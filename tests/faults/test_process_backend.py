@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_harness import Reliability, counters, drive, finish, keys, nixl_missing, still_serves
+from fault_harness import Reliability, counters, drive, finish, keys, nixl_missing, process_alive, still_serves
 from helper_backends import (
     ExitingFactory,
     SlowFactory,
@@ -56,20 +56,6 @@ from kvprobe.statemachine import AsyncLookupManager, FailureKind
 #: Bound on anything a test waits for (a helper starting, a thread returning);
 #: generous, the machine is shared.  Nothing asserts how fast it happens.
 BOUND_S = 20.0
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and has not exited (a zombie counts as exited)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def _children() -> set[int]:
@@ -402,11 +388,11 @@ def test_a_helper_that_dies_mid_call_is_named_and_replaced(tier: Tier, mode: byt
         [first] = backend.pids
         with pytest.raises(HelperProcessError, match=rf"helper process {first} .*\(exit code {exit_code}\)"):
             backend.batch_lookup([tier.stored[1], mode], None)
-        assert not _alive(first)
+        assert not process_alive(first)
         assert backend.pids == []  # the dead helper is not put back
         assert backend.batch_lookup([tier.stored[1], tier.absent[1]], None) == [True, False]
         [second] = backend.pids
-        assert second != first and _alive(second)
+        assert second != first and process_alive(second)
 
 
 def test_a_call_past_call_timeout_kills_its_helper_and_the_next_call_works(tier: Tier) -> None:
@@ -417,7 +403,7 @@ def test_a_call_past_call_timeout_kills_its_helper_and_the_next_call_works(tier:
         with pytest.raises(HelperProcessError, match=r"call_timeout_s=0\.5"):
             backend.batch_lookup([tier.stored[1], marker("sleep", 600)], None)
         assert (first, 2) in _calls(tier.log)[calls_before:], "the call never reached the helper"
-        assert not _alive(first), "the hung helper was left running"
+        assert not process_alive(first), "the hung helper was left running"
         assert backend.batch_lookup([tier.stored[1], tier.absent[1]], None) == [True, False]
         [second] = backend.pids
         assert second != first
@@ -534,9 +520,9 @@ def test_close_ends_idle_helpers_then_refuses_calls_and_is_idempotent(tier: Tier
     stuck.join()
     assert stuck.result == [False]
     helpers = backend.pids
-    assert len(helpers) == 2 and all(map(_alive, helpers))
+    assert len(helpers) == 2 and all(map(process_alive, helpers))
     backend.close()
-    assert [pid for pid in helpers if _alive(pid)] == []
+    assert [pid for pid in helpers if process_alive(pid)] == []
     assert backend.pids == []
     with pytest.raises(RuntimeError, match="closed"):
         backend.batch_lookup(tier.stored[1:2], None)
@@ -551,8 +537,8 @@ def test_the_context_manager_closes(tier: Tier) -> None:
     with ProcessBackend(partial(FsBackend, str(tier.root))) as backend:
         assert backend.batch_lookup(tier.stored[1:3], None) == [True, True]
         helpers = backend.pids
-        assert helpers and all(map(_alive, helpers))
-    assert [pid for pid in helpers if _alive(pid)] == []
+        assert helpers and all(map(process_alive, helpers))
+    assert [pid for pid in helpers if process_alive(pid)] == []
     with pytest.raises(RuntimeError, match="closed"):
         backend.batch_lookup(tier.stored[1:2], None)
 
@@ -570,7 +556,7 @@ def test_close_during_a_stuck_call_fails_that_call_instead_of_hanging(
     _wait_until(lambda: backend.pids == [], "the stuck call took the helper")
     _wait_until(lambda: any(pid == helper for pid, _ in _calls(tier.log)), "the call reached the helper")
     backend.close()
-    assert not _alive(helper), "close() left the busy helper running"
+    assert not process_alive(helper), "close() left the busy helper running"
     stuck.join(bound_s=10.0)
     assert isinstance(stuck.error, HelperProcessError), f"the stuck call ended with {stuck.error!r}/{stuck.result!r}"
     with pytest.raises(RuntimeError, match="closed"):

@@ -10,12 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from fault_harness import Reliability, counters, drive, finish, keys, still_serves
 
 from kvprobe.backends import InMemoryBackend
 from kvprobe.statemachine import AsyncLookupManager, ManagerClosedError, ReqContext, ThreadedWorker
+from kvprobe.testing.lifetimes import nothing_outlives
 
 
 class Killer:
@@ -44,34 +46,49 @@ class Killer:
 _thread_ends = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
 
+def kill_dispatcher(monkeypatch: pytest.MonkeyPatch, *, kills: int, spare_first: int = 0) -> None:
+    """Make the threaded worker's dispatcher end (``SystemExit`` in its own machinery)
+    when it starts a call: the first ``spare_first`` starts go through, then ``kills`` die."""
+    real = ThreadedWorker._start_call
+    starts = [0]
+
+    def start_call(self: ThreadedWorker, *args: Any) -> None:
+        starts[0] += 1
+        if starts[0] > spare_first and starts[0] <= spare_first + kills:
+            raise SystemExit("the dispatcher ends (injected)")
+        real(self, *args)
+
+    monkeypatch.setattr(ThreadedWorker, "_start_call", start_call)
+
+
 @_thread_ends
-def test_worker_thread_dies_is_noticed_and_restarted(reliability: Reliability) -> None:
+def test_worker_thread_dies_is_noticed_and_restarted(reliability: Reliability, monkeypatch: pytest.MonkeyPatch) -> None:
     stored = keys("stored", 3)
     inner = InMemoryBackend(stored)
-    # Three requests flushed together are one batch of three groups: the
-    # first is answered, the second kills the worker thread, the third is lost
-    # with the thread's queue.
-    backend = Killer(inner, kills=1, spare_first=1)
-    wants = {"r1": stored[:1], "r2": stored[1:2], "r3": stored[2:]}
-    with AsyncLookupManager(backend) as m:
+    # r1 is answered; then r2 and r3 are flushed together (one batch of two
+    # groups) and the dispatcher ends as it starts r2: both are lost with it.
+    kill_dispatcher(monkeypatch, kills=1, spare_first=1)
+    with nothing_outlives(), AsyncLookupManager(inner) as m:
         worker = m.worker
         assert isinstance(worker, ThreadedWorker)
+        assert drive(m, {"r1": stored[:1]}).of("r1", stored[0]) is True
+        wants = {"r2": stored[1:2], "r3": stored[2:]}
         result = drive(m, wants)
-        assert result.of("r1", stored[0]) is True
         assert result.of("r2", stored[1]) is False
         assert result.of("r3", stored[2]) is False
         stats = m.stats
         assert stats.worker_deaths == 1
         assert stats.failures == {"worker_died": 2}
-        assert worker.is_alive(), "the manager did not restart the worker"
-        leaked = finish(m, list(wants))
+        leaked = finish(m, ["r1", *wants])
         assert leaked == 0
+        m.drain_results()  # Revive
+        assert worker.is_alive(), "the manager did not restart the worker"
         still_serves(m, inner.store)
         reliability.record(
-            "worker thread dies (backend raises SystemExit, no timeout)",
+            "worker's dispatcher thread dies (death marker; noticed by the next lookup)",
             "scripted (in-memory)",
             delivered=len(result.verdicts),
-            asked=3,
+            asked=2,
             seconds=result.seconds,
             leaked=leaked,
             counters=counters(m, "worker_deaths"),
@@ -79,17 +96,44 @@ def test_worker_thread_dies_is_noticed_and_restarted(reliability: Reliability) -
 
 
 @_thread_ends
-def test_worker_dies_repeatedly() -> None:
+def test_worker_dies_repeatedly(monkeypatch: pytest.MonkeyPatch) -> None:
     stored = keys("stored", 1)
     inner = InMemoryBackend(stored)
-    backend = Killer(inner, kills=5)
-    with AsyncLookupManager(backend) as m:
+    kill_dispatcher(monkeypatch, kills=5)
+    with nothing_outlives(), AsyncLookupManager(inner) as m:
         for round_ in range(5):
             result = drive(m, {f"r{round_}": stored})
             assert result.values == [False]
             assert finish(m, [f"r{round_}"]) == 0
         assert m.stats.worker_deaths == 5
         still_serves(m, inner.store)
+
+
+@_thread_ends
+def test_a_backend_raising_system_exit_ends_only_its_caller_thread(reliability: Reliability) -> None:
+    stored = keys("stored", 1)
+    inner = InMemoryBackend(stored)
+    with nothing_outlives(), AsyncLookupManager(Killer(inner, kills=3)) as m:
+        worker = m.worker
+        assert isinstance(worker, ThreadedWorker)
+        worst = 0.0
+        for round_ in range(3):
+            result = drive(m, {f"r{round_}": stored})
+            worst = max(worst, result.seconds)
+            assert result.values == [False]
+            assert finish(m, [f"r{round_}"]) == 0
+        assert m.stats.worker_deaths == 0 and m.stats.failures == {"raised": 3}
+        assert worker.is_alive()
+        still_serves(m, inner.store)
+        reliability.record(
+            "backend raises SystemExit 3 times (no timeout)",
+            "scripted (in-memory)",
+            delivered=3,
+            asked=3,
+            seconds=worst,
+            leaked=len(m),
+            counters=counters(m, "backend_errors", "worker_deaths"),
+        )
 
 
 @_thread_ends

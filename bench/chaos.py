@@ -1,0 +1,427 @@
+"""Chaos: a randomized fault campaign against the manager and its drivers.
+
+Run from the repository root::
+
+    python -m bench.chaos                 # 5 minutes (the default)
+    python -m bench.chaos --seconds 60    # shorter
+    python -m bench.chaos --seed 7
+
+A scheduler-shaped loop drives two long-lived managers at once over one
+file tier whose contents never change (so every verdict can be checked):
+
+* ``threaded``: the default threaded worker, ``lookup_timeout_s=0.3``, over
+  an ``FsBackend`` behind a fault injector that makes calls raise, answer
+  short, or hang past the timeout;
+* ``process``: the threaded worker over a :class:`ProcessBackend` with its
+  default ``call_timeout_s`` and ``max_procs``, whose helper processes the
+  campaign freezes (SIGSTOP) and kills (SIGKILL).
+
+Each step, with small probabilities, it also: kills a manager's dispatcher
+thread (a ``SystemExit`` in its machinery: the death marker path); forks a
+child that must get right verdicts from both managers and exit cleanly
+(the child's worker and ProcessBackend must start afresh); builds a
+throw-away manager, uses it, and drops it without ``shutdown`` (the
+finalizer must end its threads); and forces misses (``mark_miss``).  Not
+covered here: S3 freeze/thaw (the object-store backend's own fault tests).
+
+Checked and reported; the run exits non-zero unless all hold:
+
+* wrong verdicts: 0 (True for a block that is not stored, or True after
+  ``mark_miss`` while the request still holds the key);
+* waiting requests without a verdict: 0 (no request waits longer than
+  ``--verdict-bound-s``; at the end every admitted request has finished);
+* ``len(m) == 0`` for both managers at the end (after every request was
+  cleaned up and outstanding calls answered);
+* fork children: every one exited 0;
+* threads, fds and RSS flat after warm-up: the highest value sampled after
+  the first quarter (at least 5 s) exceeds the highest value of that
+  warm-up by at most a slack (threads 8, fds 16, RSS 8 MiB).  Samples go into arrays
+  allocated before the run; counters are plain ints; the set of active
+  requests is bounded by the concurrency.  The bookkeeping cannot grow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from kvprobe.backends import FsBackend
+from kvprobe.backends.process import ProcessBackend
+from kvprobe.statemachine import AsyncLookupManager, ReqContext, ThreadedWorker
+
+__all__ = ["Faulty", "flat", "main", "run"]
+
+MIB = 1024 * 1024
+SLACK_THREADS = 8
+SLACK_FDS = 16
+SLACK_RSS_MIB = 8.0
+
+
+def _key(n: int) -> bytes:
+    return hashlib.sha256(b"chaos-%d" % n).digest()[:16]
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class Faulty:
+    """Wraps a backend: a share of calls raise, answer short, or hang past the timeout."""
+
+    def __init__(self, inner: Any, rng_seed: int, *, hang_s: float) -> None:
+        self.inner = inner
+        self.hang_s = hang_s
+        self._rng = random.Random(rng_seed)
+        self._lock = threading.Lock()
+        self.raised = self.short = self.hung = 0
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> Iterable[bool]:
+        with self._lock:
+            draw = self._rng.random()
+        if draw < 0.03:
+            with self._lock:
+                self.raised += 1
+            raise OSError(5, "injected I/O error")
+        if draw < 0.05:
+            with self._lock:
+                self.hung += 1
+            time.sleep(self.hang_s)
+        verdicts = list(self.inner.batch_lookup(keys, req_context))
+        if 0.05 <= draw < 0.07 and verdicts:
+            with self._lock:
+                self.short += 1
+            return verdicts[:-1]
+        return verdicts
+
+
+@dataclass
+class Request:
+    ctx: ReqContext
+    keys: list[bytes]
+    started: float
+    verdicts: dict[bytes, bool] = field(default_factory=dict)
+    forced: set[bytes] = field(default_factory=set)
+
+
+@dataclass
+class Tally:
+    steps: int = 0
+    requests_finished: int = 0
+    lookups: int = 0
+    wrong_verdicts: int = 0
+    late_requests: int = 0  # waited longer than the bound
+    longest_wait_s: float = 0.0
+    forks: int = 0
+    fork_failures: int = 0
+    dispatcher_kills: int = 0
+    dropped_managers: int = 0
+    helpers_frozen: int = 0
+    helpers_killed: int = 0
+    mark_misses: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class Driven:
+    """One long-lived manager and the requests it serves."""
+
+    def __init__(self, name: str, m: AsyncLookupManager, stored: frozenset[bytes], pool: Sequence[bytes]) -> None:
+        self.name = name
+        self.m = m
+        self.stored = stored
+        self.pool = pool
+        self.active: dict[str, Request] = {}
+        self.next_id = 0
+
+    def admit(self, rng: random.Random, concurrency: int, now: float) -> None:
+        while len(self.active) < concurrency:
+            self.next_id += 1
+            req_id = f"{self.name}-{self.next_id}"
+            start = rng.randrange(len(self.pool) - 16)
+            keys = list(self.pool[start : start + rng.randint(2, 12)])
+            self.active[req_id] = Request(ReqContext(req_id), keys, now)
+
+    def step(self, rng: random.Random, tally: Tally, bound_s: float, now: float) -> None:
+        finished = []
+        for req_id, req in self.active.items():
+            for key in req.keys:
+                if key in req.verdicts:
+                    continue
+                verdict = self.m.lookup(key, req.ctx)
+                tally.lookups += 1
+                if verdict is None:
+                    continue
+                if verdict and (key not in self.stored or key in req.forced):
+                    tally.wrong_verdicts += 1
+                    if len(tally.problems) < 20:
+                        tally.problems.append(f"{self.name}: True for {key.hex()} (stored={key in self.stored})")
+                req.verdicts[key] = verdict
+            waited = now - req.started
+            if len(req.verdicts) == len(req.keys):
+                tally.longest_wait_s = max(tally.longest_wait_s, waited)
+                if rng.random() < 0.05:
+                    # Loading one block "failed": force a miss while the request still holds it.
+                    key = rng.choice(req.keys)
+                    self.m.mark_miss([key])
+                    tally.mark_misses += 1
+                    req.forced.add(key)
+                    if self.m.lookup(key, req.ctx) is not False:
+                        tally.wrong_verdicts += 1
+                finished.append(req_id)
+            elif waited > bound_s:
+                tally.late_requests += 1
+                if len(tally.problems) < 20:
+                    tally.problems.append(f"{self.name}: {req_id} waited {waited:.1f} s")
+                finished.append(req_id)
+            elif rng.random() < 0.01:
+                finished.append(req_id)  # aborted mid-flight
+        for req_id in finished:
+            del self.active[req_id]
+            self.m.cleanup(req_id)
+            tally.requests_finished += 1
+        self.m.flush()
+
+
+def _kill_dispatcher(m: AsyncLookupManager) -> bool:
+    worker = m.worker
+    if not isinstance(worker, ThreadedWorker):
+        return False
+    real = worker._start_call
+
+    def dying(*args: Any) -> None:
+        del worker._start_call  # type: ignore[attr-defined]  # back to the class's method
+        raise SystemExit("chaos: the dispatcher ends")
+
+    del real
+    worker._start_call = dying  # type: ignore[method-assign]
+    return True
+
+
+def _fork_child(drivens: Sequence[Driven], stored: frozenset[bytes], pool: Sequence[bytes], seed: int) -> int:
+    """In the child: a request on each manager must get right verdicts; exit code 0 if so."""
+    rng = random.Random(seed)
+    for d in drivens:
+        # The child inherits the parent's requests; they are its own now.
+        for req_id in list(d.active):
+            d.m.cleanup(req_id)
+        d.active.clear()
+        ctx = ReqContext(f"child-{d.name}")
+        keys = rng.sample(list(pool), 6)
+        got: dict[bytes, bool] = {}
+        deadline = time.monotonic() + 30
+        while len(got) < len(keys):
+            if time.monotonic() > deadline:
+                return 3
+            for key in keys:
+                if key not in got and (v := d.m.lookup(key, ctx)) is not None:
+                    if v and key not in stored:
+                        return 2
+                    got[key] = v
+            d.m.flush()
+            time.sleep(0.005)
+        d.m.cleanup(ctx.req_id)
+        d.m.shutdown()
+        backend = d.m.backend
+        if isinstance(backend, ProcessBackend):
+            backend.close()
+    return 0
+
+
+def run(
+    seconds: float, seed: int, bound_s: float, concurrency: int, drain_bound_s: float = 30.0
+) -> tuple[Tally, dict[str, Any]]:
+    rng = random.Random(seed)
+    tally = Tally()
+    samples = max(16, int(seconds * 2) + 64)
+    threads_s, fds_s, rss_s = array("d", [0.0] * samples), array("d", [0.0] * samples), array("d", [0.0] * samples)
+    n_samples = 0
+    with tempfile.TemporaryDirectory(prefix="kvprobe-chaos-") as root:
+        tier = FsBackend(root)
+        pool = [_key(n) for n in range(400)]
+        stored = frozenset(k for i, k in enumerate(pool) if i % 2 == 0)
+        for key in stored:
+            tier.store(key, b"block")
+        faulty = Faulty(FsBackend(root), seed, hang_s=0.6)
+        threaded = Driven(
+            "threaded", AsyncLookupManager(faulty, name="chaos-thread", lookup_timeout_s=0.3), stored, pool
+        )
+        process_backend = ProcessBackend(partial(FsBackend, root))
+        process = Driven(
+            "process", AsyncLookupManager(process_backend, name="chaos-proc", lookup_timeout_s=0.5), stored, pool
+        )
+        drivens = (threaded, process)
+        start = time.monotonic()
+        next_sample = start
+        end = start + seconds
+        while True:
+            now = time.monotonic()
+            ending = now >= end
+            for d in drivens:
+                if not ending:
+                    d.admit(rng, concurrency, now)
+                d.step(rng, tally, bound_s, now)
+            tally.steps += 1
+            if not ending:
+                draw = rng.random()
+                if draw < 0.002:
+                    d = rng.choice(drivens)
+                    tally.dispatcher_kills += _kill_dispatcher(d.m)
+                elif draw < 0.003:
+                    tally.forks += 1
+                    pid = os.fork()
+                    if pid == 0:  # the child
+                        code = 99
+                        try:
+                            code = _fork_child(drivens, stored, pool, rng.randrange(1 << 30))
+                        finally:
+                            os._exit(code)
+                    deadline = time.monotonic() + 60
+                    while True:
+                        done, status = os.waitpid(pid, os.WNOHANG)
+                        if done:
+                            break
+                        if time.monotonic() > deadline:
+                            os.kill(pid, signal.SIGKILL)
+                            os.waitpid(pid, 0)
+                            status = 1 << 8
+                            break
+                        time.sleep(0.01)
+                    code = os.waitstatus_to_exitcode(status)
+                    if code != 0:
+                        tally.fork_failures += 1
+                        if len(tally.problems) < 20:
+                            tally.problems.append(f"fork child exited {code}")
+                elif draw < 0.006:
+                    dropped = AsyncLookupManager(faulty, name="chaos-dropped", lookup_timeout_s=rng.choice([None, 0.3]))
+                    dropped.lookup(rng.choice(pool), ReqContext("dropped"))
+                    dropped.flush()
+                    del dropped
+                    tally.dropped_managers += 1
+                elif draw < 0.008:
+                    pids = process_backend.helper_pids
+                    if pids:
+                        pid = rng.choice(pids)
+                        try:
+                            if rng.random() < 0.5:
+                                os.kill(pid, signal.SIGSTOP)
+                                tally.helpers_frozen += 1
+                            else:
+                                os.kill(pid, signal.SIGKILL)
+                                tally.helpers_killed += 1
+                        except ProcessLookupError:
+                            pass
+            if now >= next_sample and n_samples < samples:
+                gc.collect()
+                threads_s[n_samples] = threading.active_count()
+                fds_s[n_samples] = open_fds()
+                rss_s[n_samples] = rss_bytes() / MIB
+                n_samples += 1
+                next_sample = now + 1.0
+            if ending and not any(d.active for d in drivens):
+                break
+            if ending and now > end + bound_s * 2:
+                tally.problems.append("requests still active long after the end")
+                break
+            time.sleep(0.002)
+        # Let orphans in flight come back, then everything must be gone.
+        leftovers = {}
+        for d in drivens:
+            deadline = time.monotonic() + drain_bound_s
+            while len(d.m) and time.monotonic() < deadline:
+                d.m.drain_results()
+                time.sleep(0.01)
+            leftovers[d.name] = len(d.m)
+            d.m.shutdown()
+        process_backend.close()
+    figures = {
+        "leftovers": leftovers,
+        "threads": flat(threads_s, n_samples, SLACK_THREADS),
+        "fds": flat(fds_s, n_samples, SLACK_FDS),
+        "rss_mib": flat(rss_s, n_samples, SLACK_RSS_MIB),
+        "samples": n_samples,
+        "injected": {"raised": faulty.raised, "short": faulty.short, "hung": faulty.hung},
+    }
+    return tally, figures
+
+
+def flat(series: array[float], n_samples: int, slack: float) -> tuple[float, float, bool]:
+    """(max of the first quarter, max after it, whether the latter exceeds the former by at most ``slack``)."""
+    # Warm-up: the first quarter, and at least the first 5 samples (one a
+    # second): pools of threads and helpers fill up during the first seconds.
+    quarter = max(1, n_samples // 4, min(5, n_samples - 1))
+    warm = max(series[:quarter])
+    after = max(series[quarter:n_samples]) if n_samples > quarter else warm
+    return warm, after, after <= warm + slack
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=300.0, help="campaign length (default 300)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--verdict-bound-s", type=float, default=30.0)
+    parser.add_argument("--concurrency", type=int, default=24, help="active requests per manager")
+    parser.add_argument(
+        "--drain-bound-s", type=float, default=30.0, help="how long the end waits for in-flight calls to come back"
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    tally, fig = run(args.seconds, args.seed, args.verdict_bound_s, args.concurrency, args.drain_bound_s)
+    wall = time.monotonic() - started
+    checks = {
+        "wrong verdicts 0": tally.wrong_verdicts == 0,
+        "waiting requests without a verdict 0": tally.late_requests == 0,
+        "len(m) 0 at the end": all(v == 0 for v in fig["leftovers"].values()),
+        "fork children all exited 0": tally.fork_failures == 0,
+        "threads flat after warm-up": fig["threads"][2],
+        "fds flat after warm-up": fig["fds"][2],
+        "RSS flat after warm-up": fig["rss_mib"][2],
+        "no other problem": not tally.problems,
+    }
+    print(f"chaos campaign: {args.seconds:.0f} s requested, {wall:.0f} s wall, seed {args.seed}")
+    print("| | |")
+    print("|---|---|")
+    rows = [
+        ("steps / lookups / requests finished", f"{tally.steps:,} / {tally.lookups:,} / {tally.requests_finished:,}"),
+        ("wrong verdicts", tally.wrong_verdicts),
+        ("waiting requests without a verdict (over the bound)", tally.late_requests),
+        ("longest wait for a request's verdicts", f"{tally.longest_wait_s:.2f} s"),
+        ("len(m) at the end", fig["leftovers"]),
+        ("backend faults injected (raise / short / hang past timeout)", fig["injected"]),
+        ("dispatcher threads killed", tally.dispatcher_kills),
+        ("fork children (failed)", f"{tally.forks} ({tally.fork_failures})"),
+        ("managers dropped without shutdown", tally.dropped_managers),
+        ("helper processes frozen / killed", f"{tally.helpers_frozen} / {tally.helpers_killed}"),
+        ("forced misses", tally.mark_misses),
+        ("threads: max first quarter / max after", "{:.0f} / {:.0f}".format(*fig["threads"][:2])),
+        ("fds: max first quarter / max after", "{:.0f} / {:.0f}".format(*fig["fds"][:2])),
+        ("RSS MiB: max first quarter / max after", "{:.1f} / {:.1f}".format(*fig["rss_mib"][:2])),
+        ("resource samples", fig["samples"]),
+    ]
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    for name, ok in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}: {name}")
+    for problem in tally.problems:
+        print("problem:", problem)
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
