@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numbers
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
@@ -24,6 +24,7 @@ from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.trace import TraceSink, tracing
 from kvprobe.statemachine.types import (
+    ChainAnswer,
     FailureKind,
     HasReqId,
     InvalidInputError,
@@ -115,6 +116,7 @@ class AsyncLookupManager:
         if not checked:
             # Hot path: no manager layer between the caller and the core.
             self.lookup = self._core.lookup  # type: ignore[method-assign]
+            self.lookup_chain = self._core.lookup_chain  # type: ignore[method-assign]
         self.worker.start(backend, self._core.inbox.append)
 
     # --- the scheduler's calls --------------------------------------------------
@@ -134,6 +136,28 @@ class AsyncLookupManager:
         self._guard()
         try:
             return self._core.lookup(key, req_context)
+        finally:
+            self._check()
+
+    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
+        """Look up a request's ordered keys, stopping after the first known MISS.
+
+        Exactly ``lookup(key, req_context)`` for each key in order, up to and
+        including the first whose verdict is False; the keys after it are not
+        looked up (no state, no probe, no backend work).  The answer holds
+        ``leading_hits`` (keys known stored before the first that is not),
+        ``stopped_at_miss``, ``pending`` (some key before the stop is not
+        known yet: ask again next step) and ``looked_up``.
+
+        Raises:
+            InvalidInputError: ``keys`` is not a sequence of ``bytes``, or
+                ``req_context`` has no string ``req_id``.  Every key is
+                checked before anything changes.
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        try:
+            return self._core.lookup_chain(keys, req_context)
         finally:
             self._check()
 
@@ -211,7 +235,7 @@ class AsyncLookupManager:
         self._guard()
         self._closed = True
         self.worker.stop(self._shutdown_timeout_s)
-        self._core.shutdown()
+        self._core.shutdown(f"lookup manager {self.name!r} was shut down")
         self.lookup = self._closed_lookup  # type: ignore[method-assign]
 
     # --- observation ------------------------------------------------------------
