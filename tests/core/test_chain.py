@@ -272,3 +272,24 @@ def test_unchecked_manager_hands_out_the_core_walk() -> None:
     assert m.lookup_chain.__self__ is m.core  # type: ignore[attr-defined]
     assert m.lookup_chain.__func__ is type(m.core).lookup_chain  # type: ignore[attr-defined]
     m.shutdown()
+
+
+@pytest.mark.parametrize("how", ["lookup", "lookup_chain"])
+def test_states_made_inline_equal_probe_states_made_by_the_constructor(how: str) -> None:
+    # lookup and lookup_chain build a ProbeState slot by slot (no __init__ call);
+    # every slot must be set, to what ProbeState(key, owner, generation) sets.
+    from kvprobe.statemachine.records import ProbeState
+
+    m = AsyncLookupManager(InMemoryBackend(), worker="manual")
+    ctx = ReqContext("r1")
+    if how == "lookup":
+        m.lookup(KEYS[0], ctx)
+    else:
+        m.lookup_chain([KEYS[0]], ctx)
+    made = m.core.states[KEYS[0]]
+    owner = m.core.requests["r1"]
+    reference = ProbeState(KEYS[0], owner, made.generation)
+    for slot in ProbeState.__slots__:
+        assert getattr(made, slot) == getattr(reference, slot), slot
+    assert made.owner is owner and type(made) is ProbeState
+    m.shutdown()
