@@ -483,6 +483,29 @@ def lookup_machine(
             assert got is want, f"lookup({key.hex()}, {req}) returned {got!r}, the model says {want!r}"
 
         @precondition(lambda self: self._open())
+        @rule(keys=st.lists(st.sampled_from(key_pool), max_size=4), req=st.sampled_from(req_pool))
+        def LookupChain(self, keys: list[bytes], req: str) -> None:
+            """lookup_chain: the model's Lookup of each key in order, up to and
+            including the first whose verdict is False (each one traced and
+            validated as a Lookup event)."""
+            answer = self.m.lookup_chain(keys, ReqContext(req))
+            verdicts: list[bool | None] = []
+            for key in keys:
+                self.s, verdict = model.lookup(self.s, key, req)
+                verdicts.append(verdict)
+                if verdict is False:
+                    break
+            stopped = bool(verdicts) and verdicts[-1] is False
+            before_stop = verdicts[:-1] if stopped else verdicts
+            leading = next((i for i, v in enumerate(verdicts) if v is not True), len(verdicts))
+            want = (leading, stopped, None in before_stop, len(verdicts))
+            got = (answer.leading_hits, answer.stopped_at_miss, answer.pending, answer.looked_up)
+            assert got == want, (
+                f"lookup_chain({[k.hex() for k in keys]}, {req}) returned {got}, the model {want} "
+                "(leading_hits, stopped_at_miss, pending, looked_up)"
+            )
+
+        @precondition(lambda self: self._open())
         @rule(
             fail=st.just(None)
             if manual
