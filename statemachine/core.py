@@ -240,7 +240,10 @@ class LookupCore:
             InvalidInputError: ``keys`` is not a sequence of keys (a single
                 ``bytes``/``str`` is refused), some element is not exactly
                 ``bytes``, or ``req_context`` has no ``req_id`` that is exactly
-                a ``str``.  Every key is checked before anything changes.
+                a ``str``.  Nothing changed: a walk that would change
+                something checks every key first, the ones after its stop
+                included; a walk that only reads checks the keys it reads
+                (as the single lookups would: none after the stop).
             ManagerClosedError: after :meth:`shutdown`.
         """
         ready = bool(self.inbox)  # raises ManagerClosedError after shutdown
@@ -257,14 +260,40 @@ class LookupCore:
             _check_keys(keys, 0)  # applying results is a change: every key is checked first
             verified = True
             self.drain()
-        get = self.states.get
-        request: WaitingRequest | None = None
         first_unknown = -1
+        start = 0
+        # The request's own list of states, in the order it first asked for
+        # them: a walk that repeats an earlier one finds its states there
+        # without the table lookup and the waiter-set test (a request waits on
+        # every state it lists, and a listed state is the table's state of its
+        # key: ReverseIndexConsistent).  The objects are read in the order they
+        # were made, which memory favours.  The first key that is not the
+        # listed state's own key (by identity, else equal and exactly bytes)
+        # hands over to the general walk below.
+        registered = self.requests.get(req_id)
+        if registered is not None:
+            # Stops at the shorter of the two, by design.
+            for start, (held, key) in enumerate(zip(registered.states, keys, strict=False)):
+                if held.key is not key and (type(key) is not bytes or held.key != key):
+                    break
+                verdict = held.verdict
+                if verdict is None:
+                    if first_unknown < 0:
+                        first_unknown = start
+                elif not verdict:
+                    return ChainAnswer(
+                        start if first_unknown < 0 else first_unknown, True, first_unknown >= 0, start + 1
+                    )
+            else:
+                start = min(len(registered.states), len(keys))
+        request: WaitingRequest | None = None
         stopped = False
-        looked = 0
+        looked = start
         joins = reuses = 0
         pending = PENDING
-        for looked, key in enumerate(keys):  # `looked` is read after the loop
+        get = self.states.get
+        rest = keys[start:] if start else keys
+        for looked, key in enumerate(rest, start):  # `looked` is read after the loop
             state = get(key)
             if state is not None and req_id in state.waiters:
                 if not verified and type(key) is not bytes:
@@ -313,7 +342,7 @@ class LookupCore:
                 stopped = True
                 break
         else:
-            looked += 1 if keys else 0
+            looked += 1 if rest else 0
         if joins or reuses:
             stats = self._stats
             stats.joins += joins

@@ -151,8 +151,9 @@ class AsyncLookupManager:
 
         Raises:
             InvalidInputError: ``keys`` is not a sequence of ``bytes``, or
-                ``req_context`` has no string ``req_id``.  Every key is
-                checked before anything changes.
+                ``req_context`` has no string ``req_id``.  Nothing changed
+                (a walk that changes something checks every key first; one
+                that only reads checks the keys up to its stop).
             ManagerClosedError: after ``shutdown``.
         """
         self._guard()
