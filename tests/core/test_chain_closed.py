@@ -164,28 +164,40 @@ def _look_alikes() -> list[tuple[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("asker", ["same-request", "other-request"])
+@pytest.mark.parametrize("asker", ["waiting-request", "other-request", "new-request"])
 @pytest.mark.parametrize(("kind", "make"), _look_alikes(), ids=[k for k, _ in _look_alikes()])
 def test_lookup_refuses_a_key_equal_to_a_held_one(kind: str, make: Any, asker: str) -> None:
     m = fresh()
     held = KEYS[0]
     m.lookup(held, ReqContext("r1"))
+    m.lookup(KEYS[1], ReqContext("r2"))
     before = _snapshot(m)
     look_alike = make(held)
     assert look_alike == held and hash(look_alike) == hash(held)  # it would find the state
-    with pytest.raises(InvalidInputError, match=r"lookup\(\) keys must be bytes, got " + type(look_alike).__name__):
-        m.lookup(look_alike, ReqContext("r1" if asker == "same-request" else "r2"))
+    req = {"waiting-request": "r1", "other-request": "r2", "new-request": "r3"}[asker]
+    if asker == "waiting-request":
+        # Documented exception (free hot path): the request already waiting on
+        # the key gets its verdict, and nothing changes.
+        assert m.lookup(look_alike, ReqContext(req)) is None
+    else:
+        with pytest.raises(InvalidInputError, match=r"lookup\(\) keys must be bytes, got " + type(look_alike).__name__):
+            m.lookup(look_alike, ReqContext(req))
     assert _snapshot(m) == before
     m.shutdown()
 
 
-@pytest.mark.parametrize("key_held", [True, False], ids=["key-held", "new-key"])
-def test_lookup_refuses_a_str_subclass_id_equal_to_a_registered_one(key_held: bool) -> None:
+@pytest.mark.parametrize("key", ["key-waited-on", "key-held-by-another", "new-key"])
+def test_lookup_refuses_a_str_subclass_id_equal_to_a_registered_one(key: str) -> None:
     m = fresh()
     m.lookup(KEYS[0], ReqContext("r1"))
+    m.lookup(KEYS[1], ReqContext("r2"))
     before = _snapshot(m)
-    with pytest.raises(InvalidInputError, match=r"req_id must be a str, got StrId"):
-        m.lookup(KEYS[0] if key_held else KEYS[3], ReqContext(StrId("r1")))
+    asked = {"key-waited-on": KEYS[0], "key-held-by-another": KEYS[1], "new-key": KEYS[3]}[key]
+    if key == "key-waited-on":
+        assert m.lookup(asked, ReqContext(StrId("r1"))) is None  # the documented exception: nothing changes
+    else:
+        with pytest.raises(InvalidInputError, match=r"req_id must be a str, got StrId"):
+            m.lookup(asked, ReqContext(StrId("r1")))
     assert _snapshot(m) == before
     m.shutdown()
 
