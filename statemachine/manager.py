@@ -5,9 +5,11 @@ state) and a worker (all threads and backend calls).  It adds only what the
 core must not know about: noticing a dead worker, shutting the worker down,
 refusing calls after shutdown, checked mode, and tracing.
 
-``lookup`` is the scheduler's hot path; when neither checked mode nor a trace
-is on, the instance attribute ``lookup`` *is* the core's bound method, so the
-manager adds no call layer to it.
+``lookup`` and ``lookup_chain`` are the scheduler's hot path; when neither
+checked mode nor a trace is on, the instance attributes ``lookup`` and
+``lookup_chain`` *are* the core's bound methods, so the manager adds no call
+layer to them.  They still refuse after ``shutdown``: the core's shutdown
+swaps its tables for closed ones that raise ``ManagerClosedError``.
 """
 
 from __future__ import annotations
