@@ -211,3 +211,15 @@ def test_lookup_names_a_req_id_property_that_raises(key_held: bool) -> None:
         m.lookup(KEYS[0] if key_held else KEYS[3], RaisingId())  # type: ignore[arg-type]
     assert _snapshot(m) == before
     m.shutdown()
+
+
+def test_core_shutdown_twice_is_harmless() -> None:
+    # A driver that retries its shutdown may call the core's twice; the second finds
+    # closed tables and leaves them closed.
+    m = fresh(trace=[].append)
+    m.lookup(KEYS[0], ReqContext("r"))
+    m.core.shutdown("first")
+    m.core.shutdown("second")
+    assert len(m) == 0
+    with pytest.raises(ManagerClosedError, match="second"):
+        m.core.lookup(KEYS[0], ReqContext("r"))
