@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import pytest
+from test_chain import RaisingId, StrId
 
 from kvprobe.backends import InMemoryBackend
 from kvprobe.statemachine import AsyncLookupManager, InvalidInputError, ManagerClosedError, ReqContext
@@ -133,16 +134,6 @@ def _race_once(entry: str) -> int:
 # --- item 11, lookup side: look-alikes are refused, nothing changes ----------------------------
 
 
-class StrId(str):
-    pass
-
-
-class RaisingId:
-    @property
-    def req_id(self) -> str:
-        raise ValueError("not assigned yet")
-
-
 def _snapshot(m: AsyncLookupManager) -> Any:
     core = m.core
     return (
@@ -207,7 +198,7 @@ def test_lookup_names_a_req_id_property_that_raises(key_held: bool) -> None:
     m = fresh()
     m.lookup(KEYS[0], ReqContext("r1"))
     before = _snapshot(m)
-    with pytest.raises(InvalidInputError, match=r"lookup\(\) req_context\.req_id raised ValueError: not assigned yet"):
+    with pytest.raises(InvalidInputError, match=r"lookup\(\) req_context\.req_id raised ValueError: no id yet"):
         m.lookup(KEYS[0] if key_held else KEYS[3], RaisingId())  # type: ignore[arg-type]
     assert _snapshot(m) == before
     m.shutdown()
