@@ -304,3 +304,22 @@ def test_states_made_inline_equal_probe_states_made_by_the_constructor(how: str)
         assert getattr(made, slot) == getattr(reference, slot), slot
     assert made.owner is owner and type(made) is ProbeState
     m.shutdown()
+
+
+@pytest.mark.parametrize("make", [memoryview, _np_key, Sub], ids=["memoryview", "numpy.bytes_", "bytes-subclass"])
+def test_a_waiting_request_re_walking_with_a_look_alike_key_is_refused(make: Any) -> None:
+    # The walk of a request that already waits on its keys reads its own states
+    # first (no table lookup); a key equal to the listed one but not exactly bytes
+    # must still be refused there, with no results waiting to force the full check.
+    m = manager(KEYS[:2])
+    ctx = ReqContext("r1")
+    m.lookup_chain(KEYS[:3], ctx)
+    m.flush()
+    pump(m)
+    m.lookup_chain(KEYS[:3], ctx)  # applies the results
+    assert not m.core.inbox
+    before = table(m)
+    with pytest.raises(InvalidInputError, match=r"keys must be bytes, got "):
+        m.lookup_chain([KEYS[0], make(KEYS[1]), KEYS[2]], ctx)
+    assert table(m) == before
+    m.shutdown()
