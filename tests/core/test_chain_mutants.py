@@ -71,7 +71,7 @@ def test_stateful_machine_catches_the_mutant_chain(core: type[LookupCore]) -> No
     manager = type(f"Manager{core.__name__}", (AsyncLookupManager,), {"core_class": core})
     machine = lookup_machine(manager_class=manager)
     config = settings(
-        max_examples=300,
+        max_examples=1000,
         stateful_step_count=40,
         deadline=None,
         database=None,
