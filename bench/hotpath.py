@@ -21,7 +21,12 @@ Every block is also timed with a no-op callable in place of ``lookup`` (the
 subtract it.  GC is disabled while a repetition runs and collected between
 repetitions.  No timing is asserted anywhere: this prints figures.
 
-Run: ``python -m bench.hotpath [--quick] [--repeats N] [--steps N]``.
+A second part (:mod:`bench.chains`) prices whole-request walks: requests of
+16-4,096 keys asked with ``lookup_chain``, with kvprobe's per-key ``lookup``
+in the loop an engine writes, and with the same loop on the baseline, in
+lockstep on one plan; then the same three per phase of the keys walked.
+
+Run: ``python -m bench.hotpath [--quick] [--repeats N] [--steps N] [--no-chain]``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
+from bench.chains import CONTENDERS, ChainTally, ChainWorkload, measure_chains, measure_classes
 from bench.common import Impl, Row, Workload, baseline_impl, fmt_ratio, verified_impl
 
 __all__ = ["CLASSES", "main", "measure", "rows"]
@@ -203,6 +209,48 @@ def rows(quick: bool) -> list[Row]:
     out.append(Row("hotpath", "all lookups ratio v/b", fmt_ratio(all_lookups), f"{repeats} repeats, lockstep"))
     tot = [v.total_ns() / b.total_ns() for v, b in zip(results["verified"], results["baseline"], strict=True)]
     out.append(Row("hotpath", "scheduler total ratio v/b", fmt_ratio(tot), "lookups + flush + cleanup"))
+    return out + chain_rows(quick)
+
+
+def chain_report(tallies: Sequence[ChainTally], classes: dict[str, dict[str, list[float]]]) -> str:
+    """The chain tables: the mixed workload, then per phase of the keys."""
+    first = tallies[0]
+    lines = [
+        f"{first.requests} request walks per repeat, {first.keys['chain']:,} keys looked up "
+        f"of {first.keys_asked:,} held by the requests; answers that disagree: "
+        f"{sum(t.disagreements for t in tallies)}",
+        "",
+        "| walk | ns per key looked up (median) | ratio to baseline median (min-max) |",
+        "|---|---|---|",
+    ]
+    for who in CONTENDERS:
+        ns = statistics.median(t.per_key(who) for t in tallies)
+        ratios = [t.per_key(who) / t.per_key("baseline") for t in tallies]
+        lines.append(f"| {who} | {ns:,.0f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
+    lines += ["", "| keys walked | " + " | ".join(f"{w} ns/key" for w in CONTENDERS) + " | chain / baseline |"]
+    lines.append("|---|---|---|---|---|")
+    for label, by_who in classes.items():
+        med = {w: statistics.median(by_who[w]) for w in CONTENDERS}
+        cells = " | ".join(f"{med[w]:,.0f}" for w in CONTENDERS)
+        lines.append(f"| {label} | {cells} | {med['chain'] / med['baseline']:.2f} |")
+    return "\n".join(lines)
+
+
+def chain_rows(quick: bool) -> list[Row]:
+    tallies = measure_chains(ChainWorkload(steps=20 if quick else 60), 3 if quick else 7)
+    out = []
+    for who in ("chain", "per-key"):
+        ratios = [t.per_key(who) / t.per_key("baseline") for t in tallies]
+        ns = statistics.median(t.per_key(who) for t in tallies)
+        base = statistics.median(t.per_key("baseline") for t in tallies)
+        out.append(
+            Row(
+                "hotpath",
+                f"chain workload: {who} per key / baseline",
+                fmt_ratio(ratios),
+                f"{ns:,.0f} vs {base:,.0f} ns/key",
+            )
+        )
     return out
 
 
@@ -212,13 +260,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--delay", type=int, default=1, help="steps before the worker answers a batch")
+    parser.add_argument("--no-chain", action="store_true", help="skip the chain workload")
+    parser.add_argument("--chain-only", action="store_true", help="only the chain workload")
     args = parser.parse_args(argv)
+    if not args.chain_only:
+        _per_key_main(args)
+    if not args.no_chain:
+        steps = args.steps or (20 if args.quick else 60)
+        repeats = args.repeats or (3 if args.quick else 7)
+        tallies = measure_chains(ChainWorkload(steps=steps), repeats, args.delay)
+        classes = measure_classes(repeats=3 if args.quick else 7)
+        print(f"\nchain workload: {steps} steps x {repeats} repeats, lockstep interleaved\n")
+        print(chain_report(tallies, classes))
+    return 0
+
+
+def _per_key_main(args: argparse.Namespace) -> None:
     workload = Workload(steps=args.steps or (30 if args.quick else 120))
     repeats = args.repeats or (3 if args.quick else 9)
     results = measure(workload, repeats, args.delay)
     print(f"hot path: {workload.steps} steps x {repeats} repeats, delay {args.delay}, lockstep interleaved\n")
     print(report(results))
-    return 0
 
 
 if __name__ == "__main__":

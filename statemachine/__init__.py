@@ -10,6 +10,7 @@ from kvprobe.statemachine.manager import AsyncLookupManager
 from kvprobe.statemachine.trace import NdjsonTrace, TracingCore
 from kvprobe.statemachine.types import (
     Batch,
+    ChainAnswer,
     FailureKind,
     GroupOutcome,
     HasReqId,
@@ -27,6 +28,7 @@ from kvprobe.statemachine.workers import ManualWorker, ThreadedWorker, Worker, p
 __all__ = [
     "AsyncLookupManager",
     "Batch",
+    "ChainAnswer",
     "FailureKind",
     "GroupOutcome",
     "HasReqId",

@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, RULES, Event, LookupPhase, Phase
+from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.types import (
     Batch,
+    ChainAnswer,
     FailureKind,
     GroupOutcome,
     HasReqId,
@@ -100,6 +102,11 @@ if _ANSWERED is not RESOLVED or _ORPHANED is not ABSENT:
 _TO_IN_FLIGHT = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
 if _TO_IN_FLIGHT is not IN_FLIGHT:
     raise ImportError("lifecycle no longer sends a flushed probe IN_FLIGHT; LookupCore.flush must follow it")
+
+# Creates a ProbeState without running its __init__; lookup and lookup_chain
+# set every slot themselves (tests/core/test_chain.py compares the states they
+# make, field by field, with ProbeState's own).
+_new_state = object.__new__
 
 _BACKEND_ERRORS = frozenset(
     {
@@ -168,33 +175,52 @@ class LookupCore:
         first lookup after the backend returned.
 
         Raises:
-            InvalidInputError: ``key`` is not ``bytes`` or ``req_context`` has
-                no string ``req_id``.  Nothing changed.
+            InvalidInputError: ``key`` is not exactly ``bytes`` (a subclass, a
+                memoryview or a bytearray is refused even when an equal key is
+                held), or ``req_context`` has no ``req_id`` that is exactly a
+                ``str`` (or reading it raises).  Nothing changed.  One
+                exception, for speed: a request that already waits on the key
+                asking again with an equal look-alike key or id gets the
+                verdict, as it would with the exact ones (nothing changes).
+            ManagerClosedError: after :meth:`shutdown` (also through a bound
+                method taken before it).
         """
         if self.inbox:
             self.drain()
         try:
             state = self.states.get(key)
             req_id = req_context.req_id
+            # The same request asking again changes nothing.  Its key and id
+            # were type-checked when it first asked; an equal look-alike (a
+            # memoryview, a str subclass) from a request already waiting gets
+            # the same answer and changes nothing.  Testing the exact types
+            # here too would cost about a fifth of this path (measured), so
+            # look-alikes are refused on every path that changes something.
             if state is not None and req_id in state.waiters:
-                return state.verdict  # the same request asking again
+                return state.verdict
             # Inside the try: an unhashable req_id fails here, and must be
             # reported as bad input like any other bad req_id.
             request = self.requests.get(req_id)
-        except (TypeError, AttributeError) as exc:
+        except (TypeError, AttributeError, ValueError) as exc:
             raise _bad_lookup(key, req_context) from exc
         # This path (a new probe, or another request joining one) is written
         # inline: it runs for every new (key, request) pair, and a method call
-        # would be a tenth of its cost.  A request id is type-checked once,
-        # when it registers: an id equal to a registered one is that request.
-        if state is None and type(key) is not bytes:
+        # would be a tenth of its cost.
+        if type(key) is not bytes or type(req_id) is not str:
             raise _bad_lookup(key, req_context)
         if request is None:
-            if type(req_id) is not str:
-                raise _bad_lookup(key, req_context)
             request = self.requests[req_id] = WaitingRequest(req_id, req_context)
         if state is None:
-            state = self.states[key] = ProbeState(key, request, next(self._generations))
+            # ProbeState.__init__, inlined (see _NEW_STATE): a class call with a
+            # Python __init__ costs a quarter of this whole path.
+            state = _new_state(ProbeState)
+            state.phase = PENDING
+            state.generation = next(self._generations)
+            state.waiters = {req_id}
+            state.verdict = None
+            state.key = key
+            state.owner = request
+            self.states[key] = state
             self.step_batch.append(state)
             verdict = None
         else:
@@ -209,6 +235,132 @@ class LookupCore:
             verdict = state.verdict
         request.states.append(state)
         return verdict
+
+    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
+        """The Lookup action of each key in order, stopping after the first known MISS.
+
+        Exactly the sequence ``lookup(keys[0], req_context)``,
+        ``lookup(keys[1], req_context)``, ... up to and including the first
+        key whose verdict is False; keys after it are not looked up (no
+        state, no probe, no backend work).  Published results are applied
+        once, before the first key (a result published while the walk runs
+        is applied by the next call, as if it had arrived after the walk).
+
+        Raises:
+            InvalidInputError: ``keys`` is not a sequence of keys (a single
+                ``bytes``/``str`` is refused), some element is not exactly
+                ``bytes``, or ``req_context`` has no ``req_id`` that is exactly
+                a ``str``.  Nothing changed: a walk that would change
+                something checks every key first, the ones after its stop
+                included; a walk that only reads checks the keys it reads
+                (as the single lookups would: none after the stop).
+            ManagerClosedError: after :meth:`shutdown`.
+        """
+        ready = bool(self.inbox)  # raises ManagerClosedError after shutdown
+        req_id = _chain_req_id(req_context)
+        if type(keys) is not list and type(keys) is not tuple:
+            keys = _chain_keys(keys)
+        # Keys are type-checked one by one while the walk only reads (the
+        # request already waits on each of them: nothing changes); at the
+        # first key that would change something, all the remaining keys are
+        # checked at once, in C, so an invalid key anywhere leaves the table
+        # untouched.
+        verified = False
+        if ready and keys:  # an empty chain is no Lookup at all: nothing is applied
+            _check_keys(keys, 0)  # applying results is a change: every key is checked first
+            verified = True
+            self.drain()
+        first_unknown = -1
+        start = 0
+        # The request's own list of states, in the order it first asked for
+        # them: a walk that repeats an earlier one finds its states there
+        # without the table lookup and the waiter-set test (a request waits on
+        # every state it lists, and a listed state is the table's state of its
+        # key: ReverseIndexConsistent).  The objects are read in the order they
+        # were made, which memory favours.  The first key that is not the
+        # listed state's own key (by identity, else equal and exactly bytes)
+        # hands over to the general walk below.
+        registered = self.requests.get(req_id)
+        if registered is not None:
+            # Stops at the shorter of the two, by design.
+            for start, (held, key) in enumerate(zip(registered.states, keys, strict=False)):
+                if held.key is not key and (type(key) is not bytes or held.key != key):
+                    break
+                verdict = held.verdict
+                if verdict is None:
+                    if first_unknown < 0:
+                        first_unknown = start
+                elif not verdict:
+                    return ChainAnswer(
+                        start if first_unknown < 0 else first_unknown, True, first_unknown >= 0, start + 1
+                    )
+            else:
+                start = min(len(registered.states), len(keys))
+        request: WaitingRequest | None = None
+        stopped = False
+        looked = start
+        joins = reuses = 0
+        pending = PENDING
+        get = self.states.get
+        rest = keys[start:] if start else keys
+        for looked, key in enumerate(rest, start):  # `looked` is read after the loop
+            state = get(key)
+            if state is not None and req_id in state.waiters:
+                if not verified and type(key) is not bytes:
+                    raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(key).__name__}")
+                verdict = state.verdict
+            else:
+                if request is None:
+                    if not verified:
+                        _check_keys(keys, looked)
+                        verified = True
+                    request = self.requests.get(req_id)
+                    if request is None:
+                        request = self.requests[req_id] = WaitingRequest(req_id, req_context)
+                    register = request.states.append
+                    states = self.states
+                    batch = self.step_batch.append
+                    generations = self._generations
+                    new_state = _new_state
+                if state is None:
+                    # ProbeState.__init__, inlined as in lookup.
+                    state = new_state(ProbeState)
+                    state.phase = pending
+                    state.generation = next(generations)
+                    state.waiters = {req_id}
+                    state.verdict = None
+                    state.key = key
+                    state.owner = request
+                    states[key] = state
+                    batch(state)
+                    register(state)
+                    if first_unknown < 0:
+                        first_unknown = looked
+                    continue
+                state.waiters.add(req_id)
+                phase = state.phase
+                if phase is pending:
+                    joins += 1
+                elif phase is IN_FLIGHT:
+                    reuses += 1
+                register(state)
+                verdict = state.verdict
+            if verdict is None:
+                if first_unknown < 0:
+                    first_unknown = looked
+            elif not verdict:
+                stopped = True
+                break
+        else:
+            looked += 1 if rest else 0
+        if joins or reuses:
+            stats = self._stats
+            stats.joins += joins
+            stats.in_flight_reuses += reuses
+        if stopped:
+            # `looked` is the stopping key's index: it was looked up too.
+            return ChainAnswer(looked if first_unknown < 0 else first_unknown, True, first_unknown >= 0, looked + 1)
+        return ChainAnswer(looked if first_unknown < 0 else first_unknown, False, first_unknown >= 0, looked)
 
     # --- Flush ---------------------------------------------------------------
 
@@ -459,18 +611,31 @@ class LookupCore:
 
     # --- Shutdown ------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        """Shutdown action: reclaim every state, request, batch entry and outcome."""
-        self._flushed_probes += len(self.step_batch)
-        for state in self.states.values():
+    def shutdown(self, message: str = "the lookup manager was shut down") -> None:
+        """Shutdown action: reclaim every state, request, batch entry and outcome.
+
+        The tables are first swapped for closed ones (:mod:`kvprobe.statemachine.closed`),
+        so every later action, including a lookup bound before this call or
+        one racing it from another thread, raises :class:`ManagerClosedError`
+        with ``message``; then the old tables are emptied.
+        """
+        step_batch, states, requests, inbox = self.step_batch, self.states, self.requests, self.inbox
+        self.inbox = ClosedInbox(message)
+        self.states = ClosedTable(message)
+        self.requests = ClosedTable(message)
+        self.step_batch = ClosedList(message)
+        self._flushed_probes += len(step_batch)
+        # Snapshots (C-level copies): a call racing this one may still write
+        # to a table it read before the swap; iterating it directly could fail.
+        for state in list(states.values()):
             state.phase = ABSENT
-        self.states.clear()
-        for request in self.requests.values():
+        states.clear()
+        for request in list(requests.values()):
             request.waiting = False
-        self.requests.clear()
-        self.step_batch.clear()
+        requests.clear()
+        step_batch.clear()
         self.outstanding.clear()
-        self.inbox.clear()
+        inbox.clear()
 
     # --- Observation -----------------------------------------------------------
 
@@ -534,14 +699,57 @@ class LookupCore:
 
 
 def _bad_lookup(key: object, req_context: object) -> InvalidInputError:
-    if not isinstance(key, bytes) or type(key) is not bytes:
+    if type(key) is not bytes:
         return InvalidInputError(f"lookup() keys must be bytes, got {type(key).__name__}")
-    req_id = getattr(req_context, "req_id", _MISSING)
+    return _bad_context("lookup()", req_context)
+
+
+def _bad_context(caller: str, req_context: object) -> InvalidInputError:
+    """The error for a ``req_context`` whose ``req_id`` is missing, not a str, or raises."""
+    try:
+        req_id = getattr(req_context, "req_id", _MISSING)
+    except Exception as exc:  # a property that raises: name it, whatever it raised
+        return InvalidInputError(f"{caller} req_context.req_id raised {type(exc).__name__}: {exc}")
     if req_id is _MISSING:
         return InvalidInputError(
-            f"lookup() req_context must have a .req_id attribute; {type(req_context).__name__} has none"
+            f"{caller} req_context must have a .req_id attribute; {type(req_context).__name__} has none"
         )
-    return InvalidInputError(f"lookup() req_context.req_id must be a str, got {type(req_id).__name__}")
+    return InvalidInputError(f"{caller} req_context.req_id must be a str, got {type(req_id).__name__}")
+
+
+def _chain_req_id(req_context: HasReqId) -> str:
+    try:
+        req_id = req_context.req_id
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise _bad_context("lookup_chain()", req_context) from exc
+    if type(req_id) is not str:
+        raise _bad_context("lookup_chain()", req_context)
+    return req_id
+
+
+def _chain_keys(keys: object) -> list[Key]:
+    """``keys`` as a list, if it is a sequence of keys (the element types are checked later)."""
+    if isinstance(keys, (bytes, bytearray, memoryview, str)):
+        raise InvalidInputError(
+            f"lookup_chain() takes a sequence of keys, got a single {type(keys).__name__}; wrap it in a list"
+        )
+    if not isinstance(keys, Sequence):
+        raise InvalidInputError(f"lookup_chain() takes a sequence of keys, got {type(keys).__name__}")
+    try:
+        return list(keys)
+    except (TypeError, ValueError, LookupError) as exc:
+        raise InvalidInputError(f"lookup_chain() could not read its keys: {type(exc).__name__}: {exc}") from exc
+
+
+def _check_keys(keys: Sequence[object], start: int) -> None:
+    """Raise InvalidInputError unless every key from index ``start`` on is exactly ``bytes``."""
+    rest = keys[start:] if start else keys
+    if set(map(type, rest)) != _ONLY_BYTES and rest:
+        bad = next(key for key in rest if type(key) is not bytes)
+        raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(bad).__name__}")
+
+
+_ONLY_BYTES = {bytes}
 
 
 _MISSING = object()

@@ -5,16 +5,18 @@ state) and a worker (all threads and backend calls).  It adds only what the
 core must not know about: noticing a dead worker, shutting the worker down,
 refusing calls after shutdown, checked mode, and tracing.
 
-``lookup`` is the scheduler's hot path; when neither checked mode nor a trace
-is on, the instance attribute ``lookup`` *is* the core's bound method, so the
-manager adds no call layer to it.
+``lookup`` and ``lookup_chain`` are the scheduler's hot path; when neither
+checked mode nor a trace is on, the instance attributes ``lookup`` and
+``lookup_chain`` *are* the core's bound methods, so the manager adds no call
+layer to them.  They still refuse after ``shutdown``: the core's shutdown
+swaps its tables for closed ones that raise ``ManagerClosedError``.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Literal
@@ -24,6 +26,7 @@ from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.trace import TraceSink, tracing
 from kvprobe.statemachine.types import (
+    ChainAnswer,
     FailureKind,
     HasReqId,
     InvalidInputError,
@@ -155,6 +158,7 @@ class AsyncLookupManager:
         if not checked:
             # Hot path: no manager layer between the caller and the core.
             self.lookup = self._core.lookup  # type: ignore[method-assign]
+            self.lookup_chain = self._core.lookup_chain  # type: ignore[method-assign]
         self.worker.start(backend, self._core.inbox.append)
         # A manager dropped without shutdown() must not leave its threads
         # behind (as concurrent.futures does for an executor).  The finalizer
@@ -178,6 +182,29 @@ class AsyncLookupManager:
         self._guard()
         try:
             return self._core.lookup(key, req_context)
+        finally:
+            self._check()
+
+    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
+        """Look up a request's ordered keys, stopping after the first known MISS.
+
+        Exactly ``lookup(key, req_context)`` for each key in order, up to and
+        including the first whose verdict is False; the keys after it are not
+        looked up (no state, no probe, no backend work).  The answer holds
+        ``leading_hits`` (keys known stored before the first that is not),
+        ``stopped_at_miss``, ``pending`` (some key before the stop is not
+        known yet: ask again next step) and ``looked_up``.
+
+        Raises:
+            InvalidInputError: ``keys`` is not a sequence of ``bytes``, or
+                ``req_context`` has no string ``req_id``.  Nothing changed
+                (a walk that changes something checks every key first; one
+                that only reads checks the keys up to its stop).
+            ManagerClosedError: after ``shutdown``.
+        """
+        self._guard()
+        try:
+            return self._core.lookup_chain(keys, req_context)
         finally:
             self._check()
 
@@ -282,7 +309,7 @@ class AsyncLookupManager:
             self.worker.stop(self._shutdown_timeout_s)
         finally:
             self.lookup = self._closed_lookup  # type: ignore[method-assign]
-            self._core.shutdown()
+            self._core.shutdown(f"lookup manager {self.name!r} was shut down")
 
     # --- observation ------------------------------------------------------------
 

@@ -16,7 +16,8 @@ Tracing costs nothing when off: the manager then uses a plain
 ``Shutdown``   (none)
 =============  ===============================================================
 
-Every event also has ``seq`` (0, 1, ...) and ``size`` (states held after the
+``lookup_chain`` emits one ``Lookup`` event per key it looked up (a chain is
+a sequence of Lookup actions).  Every event also has ``seq`` (0, 1, ...) and ``size`` (states held after the
 action).  Worker actions are not recorded: they are implied by the outcomes
 the scheduler drains.  :class:`NdjsonTrace` writes events one JSON object per
 line.
@@ -25,11 +26,11 @@ line.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import IO
 
 from kvprobe.statemachine.core import LookupCore
-from kvprobe.statemachine.types import Batch, GroupOutcome, HasReqId, Key
+from kvprobe.statemachine.types import Batch, ChainAnswer, GroupOutcome, HasReqId, Key
 
 __all__ = ["NdjsonTrace", "TraceSink", "TracingCore", "read_ndjson", "tracing"]
 
@@ -48,8 +49,9 @@ class TracingCore(LookupCore):
         self._sink = sink
         self._seq = 0
 
-    def _emit(self, action: str, **fields: object) -> None:
-        event: dict[str, object] = {"seq": self._seq, "action": action, **fields, "size": len(self.states)}
+    def _emit(self, action: str, size: int | None = None, **fields: object) -> None:
+        held = len(self.states) if size is None else size
+        event: dict[str, object] = {"seq": self._seq, "action": action, **fields, "size": held}
         self._seq += 1
         self._sink(event)
 
@@ -64,6 +66,36 @@ class TracingCore(LookupCore):
             phase=None if phase is None else phase.value,
         )
         return verdict
+
+    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
+        # A chain is a sequence of Lookup actions, so it is traced as one
+        # Lookup event per key looked up, as the single lookups would be.
+        # The core's walk runs unchanged; the events are rebuilt after it
+        # from what a lookup cannot change afterwards: a later lookup never
+        # changes an earlier key's phase or verdict and never drops a state,
+        # so only the size needs replaying (the new states are the step
+        # batch's new entries, one per key asked first by this walk).
+        mark = len(self.step_batch)
+        answer = super().lookup_chain(keys, req_context)
+        created = {id(state) for state in self.step_batch[mark:]}
+        states = self.states
+        size = len(states) - len(created)
+        req = req_context.req_id
+        for key in list(keys)[: answer.looked_up]:
+            state = states[key]
+            if id(state) in created:
+                created.discard(id(state))
+                size += 1
+            phase = state.phase
+            self._emit(
+                "Lookup",
+                size=size,
+                key=key.hex(),
+                req=req,
+                verdict=state.verdict,
+                phase=None if phase is None else phase.value,
+            )
+        return answer
 
     def flush(self) -> Batch | None:
         batch = super().flush()
@@ -100,8 +132,8 @@ class TracingCore(LookupCore):
         super().mark_miss(keys)
         self._emit("MarkMiss", keys=[k.hex() for k in keys])
 
-    def shutdown(self) -> None:
-        super().shutdown()
+    def shutdown(self, message: str = "the lookup manager was shut down") -> None:
+        super().shutdown(message)
         self._emit("Shutdown")
 
 

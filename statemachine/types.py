@@ -19,6 +19,7 @@ from kvprobe.statemachine.records import ProbeState
 
 __all__ = [
     "Batch",
+    "ChainAnswer",
     "FailureKind",
     "GroupOutcome",
     "HasReqId",
@@ -50,6 +51,29 @@ class ReqContext:
     """A ready-made request context.  Any object with ``.req_id: str`` works too."""
 
     req_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChainAnswer:
+    """What one ``lookup_chain`` call learned about a request's ordered keys.
+
+    The walk looks the keys up in order and stops after the first key whose
+    verdict is False; keys after it are not looked up.
+
+    Attributes:
+        leading_hits: how many keys, from the first, are known stored (the
+            count stops at the first key that is not known stored).
+        stopped_at_miss: the walk met a key known NOT stored and looked up
+            nothing after it.
+        pending: some key before the stop is not known yet (its probe is
+            pending or in flight): ask again next step.
+        looked_up: how many keys were looked up (the stopping key included).
+    """
+
+    leading_hits: int
+    stopped_at_miss: bool
+    pending: bool
+    looked_up: int
 
 
 class KvprobeError(Exception):

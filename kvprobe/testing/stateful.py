@@ -403,6 +403,8 @@ def lookup_machine(
 
     key_pool, req_pool = tuple(keys), tuple(reqs)
     lookup_op = st.tuples(st.just("lookup"), st.sampled_from(key_pool), st.sampled_from(req_pool))
+    # A chain lookup: a request's keys in order (see LookupChain).
+    chain_op = st.tuples(st.just("chain"), st.lists(st.sampled_from(key_pool), max_size=4), st.sampled_from(req_pool))
 
     class LookupMachine(RuleBasedStateMachine):
         """Drives a real manager and the reference model side by side."""
@@ -491,6 +493,32 @@ def lookup_machine(
             got = self.m.lookup(key, ReqContext(req))
             self.s, want = model.lookup(self.s, key, req)
             assert got is want, f"lookup({key.hex()}, {req}) returned {got!r}, the model says {want!r}"
+
+        def LookupChain(self, keys: list[bytes], req: str) -> None:
+            """lookup_chain: the model's Lookup of each key in order, up to and
+            including the first whose verdict is False (each one traced and
+            validated as a Lookup event).
+
+            Drawn as an operation of SchedulerStep rather than as a rule of
+            its own: a further rule thins out every other rule in a run of
+            fixed length (the lying tiers of tests/property were then found
+            only with twice the examples)."""
+            answer = self.m.lookup_chain(keys, ReqContext(req))
+            verdicts: list[bool | None] = []
+            for key in keys:
+                self.s, verdict = model.lookup(self.s, key, req)
+                verdicts.append(verdict)
+                if verdict is False:
+                    break
+            stopped = bool(verdicts) and verdicts[-1] is False
+            before_stop = verdicts[:-1] if stopped else verdicts
+            leading = next((i for i, v in enumerate(verdicts) if v is not True), len(verdicts))
+            want = (leading, stopped, None in before_stop, len(verdicts))
+            got = (answer.leading_hits, answer.stopped_at_miss, answer.pending, answer.looked_up)
+            assert got == want, (
+                f"lookup_chain({[k.hex() for k in keys]}, {req}) returned {got}, the model {want} "
+                "(leading_hits, stopped_at_miss, pending, looked_up)"
+            )
 
         @precondition(lambda self: self._open())
         @rule(
@@ -587,7 +615,7 @@ def lookup_machine(
                 # probes, so too many of them would starve the worker's side.
                 st.one_of(
                     lookup_op,
-                    lookup_op,
+                    st.one_of(lookup_op, chain_op),
                     st.tuples(st.just("cleanup"), st.sampled_from(req_pool)),
                     st.tuples(st.just("mark_miss"), st.sampled_from(key_pool)),
                     st.tuples(st.just("set_stored"), st.sampled_from(key_pool), st.booleans()),
@@ -607,6 +635,8 @@ def lookup_machine(
             for op in ops:
                 if op[0] == "lookup":
                     self.Lookup(op[1], op[2])
+                elif op[0] == "chain":
+                    self.LookupChain(op[1], op[2])
                 elif op[0] == "cleanup":
                     self.Cleanup(op[1])
                 elif op[0] == "set_stored":

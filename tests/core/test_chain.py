@@ -1,0 +1,325 @@
+"""``lookup_chain`` is exactly the sequence of single lookups, stopping after the first MISS.
+
+Two managers on equal tiers are driven in lockstep: one asks each request's
+keys with ``lookup_chain``, the other with single ``lookup`` calls stopping
+after the first False.  Answers, tables, counters, backend calls and the
+traces must be equal after every operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvprobe.backends import InMemoryBackend
+from kvprobe.statemachine import (
+    AsyncLookupManager,
+    ChainAnswer,
+    InvalidInputError,
+    ManualWorker,
+    ReqContext,
+)
+
+KEYS = tuple(bytes([0xA0 + i]) * 8 + i.to_bytes(4, "big") for i in range(6))
+REQS = ("r1", "r2", "r3")
+
+
+def manager(stored: Sequence[bytes], *, trace: list[dict[str, object]] | None = None) -> AsyncLookupManager:
+    return AsyncLookupManager(
+        InMemoryBackend(stored),
+        worker="manual",
+        checked=True,
+        trace=None if trace is None else trace.append,
+    )
+
+
+def single_lookups(m: AsyncLookupManager, keys: Sequence[bytes], ctx: ReqContext) -> ChainAnswer:
+    """The reference: the chain's contract, spelled out with single lookups."""
+    verdicts = []
+    for key in keys:
+        verdict = m.lookup(key, ctx)
+        verdicts.append(verdict)
+        if verdict is False:
+            break
+    leading = 0
+    while leading < len(verdicts) and verdicts[leading] is True:
+        leading += 1
+    stopped = bool(verdicts) and verdicts[-1] is False
+    before_stop = verdicts[:-1] if stopped else verdicts
+    return ChainAnswer(leading, stopped, any(v is None for v in before_stop), len(verdicts))
+
+
+def table(m: AsyncLookupManager) -> Any:
+    """Everything the core holds, by value (generations included)."""
+    core = m.core
+    return (
+        {k: (s.phase, s.generation, frozenset(s.waiters), s.verdict, s.owner.req_id) for k, s in core.states.items()},
+        {r: [s.key for s in w.states] for r, w in core.requests.items()},
+        [(s.key, s.generation) for s in core.step_batch],
+        m.stats,
+    )
+
+
+def pump(m: AsyncLookupManager) -> None:
+    worker = m.worker
+    assert isinstance(worker, ManualWorker)
+    worker.run_all()
+
+
+def without_seq(events: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: v for k, v in e.items() if k != "seq"} for e in events]
+
+
+OPS = st.lists(
+    st.one_of(
+        # (key, copied): a copied key is equal to the pool's but another object, as
+        # when an engine rebuilds its keys each step.
+        st.tuples(
+            st.just("chain"),
+            st.sampled_from(REQS),
+            st.lists(st.tuples(st.sampled_from(KEYS), st.booleans()), max_size=8),
+        ),
+        st.tuples(
+            st.just("chain"),
+            st.sampled_from(REQS),
+            st.lists(st.tuples(st.sampled_from(KEYS), st.booleans()), max_size=8),
+        ),
+        st.tuples(st.just("flush")),
+        st.tuples(st.just("pump")),
+        st.tuples(st.just("cleanup"), st.sampled_from(REQS)),
+        st.tuples(st.just("mark_miss"), st.lists(st.sampled_from(KEYS), max_size=2)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(stored=st.sets(st.sampled_from(KEYS)), ops=OPS)
+def test_chain_equals_single_lookups(stored: set[bytes], ops: list[tuple[Any, ...]]) -> None:
+    chain_events: list[dict[str, object]] = []
+    single_events: list[dict[str, object]] = []
+    chained, single = manager(sorted(stored), trace=chain_events), manager(sorted(stored), trace=single_events)
+    plain = manager(sorted(stored))  # the core's walk without the tracing layer
+    try:
+        for op in ops:
+            if op[0] == "chain":
+                ctx = ReqContext(op[1])
+                keys = [bytes(bytearray(k)) if copied else k for k, copied in op[2]]
+                got = chained.lookup_chain(keys, ctx)
+                assert plain.lookup_chain(keys, ctx) == got
+                want = single_lookups(single, keys, ctx)
+                assert got == want, (op, got, want)
+            else:
+                for m in (chained, single, plain):
+                    if op[0] == "flush":
+                        m.flush()
+                    elif op[0] == "pump":
+                        pump(m)
+                    elif op[0] == "cleanup":
+                        m.cleanup(op[1])
+                    else:
+                        m.mark_miss(op[1])
+            assert table(chained) == table(single) == table(plain), op
+            assert chained.backend.calls == single.backend.calls == plain.backend.calls  # type: ignore[attr-defined]
+        # The chain's trace is the single lookups' trace, event for event.
+        assert without_seq(chain_events) == without_seq(single_events)
+    finally:
+        for m in (chained, single, plain):
+            m.shutdown()
+
+
+def test_answer_fields_on_a_known_mix() -> None:
+    hit, hit2, gone, later = KEYS[:4]
+    m = manager([hit, hit2])
+    ctx = ReqContext("r1")
+    assert m.lookup_chain([hit, hit2, gone, later], ctx) == ChainAnswer(0, False, True, 4)
+    m.flush()
+    pump(m)
+    # hit, hit2 stored; gone is not: the walk stops there and never asks about `later` again.
+    assert m.lookup_chain([hit, hit2, gone, later], ctx) == ChainAnswer(2, True, False, 3)
+    # An unknown key before the miss: pending, and the leading hits stop at it.
+    fresh = KEYS[4]
+    assert m.lookup_chain([hit, fresh, hit2, gone, later], ctx) == ChainAnswer(1, True, True, 4)
+    assert m.lookup_chain([], ctx) == ChainAnswer(0, False, False, 0)
+    m.shutdown()
+
+
+def test_stop_at_miss_creates_nothing_after_it() -> None:
+    first, miss, *after = KEYS
+    m = manager([first])
+    ctx = ReqContext("r1")
+    m.lookup(miss, ReqContext("r0"))  # someone else's probe of `miss`
+    m.flush()
+    pump(m)
+    assert m.lookup(miss, ReqContext("r0")) is False
+    answer = m.lookup_chain([first, miss, *after], ctx)
+    assert answer == ChainAnswer(0, True, True, 2)
+    for key in after:
+        assert m.phase(key) is None
+    assert len(m) == 2
+    calls_before = list(m.backend.calls)  # type: ignore[attr-defined]
+    m.flush()
+    pump(m)
+    # Only `first` was probed for r1: nothing after the miss reached the backend.
+    assert m.backend.calls[len(calls_before) :] == [((first,), "r1")]  # type: ignore[attr-defined]
+    assert set(m.core.requests["r1"].states) == {m.core.states[first], m.core.states[miss]}
+    m.shutdown()
+
+
+def test_chain_is_answered_from_results_published_before_it() -> None:
+    # Results the worker published are applied before the first key (as lookup does).
+    key = KEYS[0]
+    m = manager([key])
+    ctx = ReqContext("r1")
+    m.lookup_chain([key], ctx)
+    m.flush()
+    pump(m)  # published, not applied yet
+    assert m.core.inbox
+    assert m.lookup_chain([key], ctx) == ChainAnswer(1, False, False, 1)
+    m.shutdown()
+
+
+def test_chain_accepts_any_sequence() -> None:
+    m = manager(KEYS[:2])
+    ctx = ReqContext("r1")
+    # a range-like sequence of keys: not a list or tuple, read once
+    view = _KeySeq(KEYS[:3])
+    assert m.lookup_chain(view, ctx) == ChainAnswer(0, False, True, 3)
+    assert len(m) == 3
+    m.shutdown()
+
+
+class _KeySeq(Sequence[bytes]):
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        self._keys = tuple(keys)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._keys[index]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+# --- errors: the same as lookup's, checked before anything changes -------------------------------
+
+
+class StrId(str):
+    pass
+
+
+class RaisingId:
+    @property
+    def req_id(self) -> str:
+        raise ValueError("no id yet")
+
+
+class Sub(bytes):
+    pass
+
+
+def _np_key(key: bytes) -> object:
+    np = pytest.importorskip("numpy")
+    return np.bytes_(key)
+
+
+BAD_KEYS: list[tuple[str, Any, str]] = [
+    ("single-bytes", lambda: KEYS[0], r"takes a sequence of keys, got a single bytes; wrap it in a list"),
+    ("single-str", lambda: "abc", r"takes a sequence of keys, got a single str"),
+    ("not-a-sequence", lambda: {KEYS[0]}, r"takes a sequence of keys, got set"),
+    ("None", lambda: None, r"takes a sequence of keys, got NoneType"),
+    ("str-element-last", lambda: [*KEYS[:4], "k"], r"keys must be bytes, got str"),
+    ("memoryview-of-held-key", lambda: [KEYS[0], memoryview(KEYS[1])], r"keys must be bytes, got memoryview"),
+    ("numpy-bytes-of-held-key", lambda: [KEYS[0], _np_key(KEYS[1])], r"keys must be bytes, got bytes_"),
+    ("bytes-subclass-new", lambda: [KEYS[0], KEYS[5], Sub(KEYS[4])], r"keys must be bytes, got Sub"),
+    ("bytearray-first", lambda: [bytearray(KEYS[0])], r"keys must be bytes, got bytearray"),
+]
+
+
+@pytest.mark.parametrize(("what", "make", "message"), BAD_KEYS, ids=[b[0] for b in BAD_KEYS])
+def test_chain_rejects_bad_keys_and_changes_nothing(what: str, make: Any, message: str) -> None:
+    m = manager(KEYS[:2])
+    ctx = ReqContext("r1")
+    m.lookup_chain(KEYS[:2], ctx)  # r1 already waits on the first two keys
+    m.flush()
+    pump(m)  # published, not applied: an erroneous call must not apply them either
+    before = table(m)
+    inbox = len(m.core.inbox)
+    with pytest.raises(InvalidInputError, match=message):
+        m.lookup_chain(make(), ctx)
+    with pytest.raises(InvalidInputError, match=message):
+        m.lookup_chain(make(), ReqContext("r2"))  # a request that waits on nothing yet
+    assert table(m) == before and len(m.core.inbox) == inbox
+    m.shutdown()
+
+
+BAD_CONTEXTS: list[tuple[str, Any, str]] = [
+    ("no-req_id", object(), r"must have a \.req_id attribute; object has none"),
+    ("int-req_id", ReqContext(7), r"req_id must be a str, got int"),  # type: ignore[arg-type]
+    ("str-subclass-of-held-id", ReqContext(StrId("r1")), r"req_id must be a str, got StrId"),
+    ("raising-property", RaisingId(), r"req_context\.req_id raised ValueError: no id yet"),
+    ("unhashable", ReqContext(["r1"]), r"req_id must be a str, got list"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("what", "ctx", "message"), BAD_CONTEXTS, ids=[b[0] for b in BAD_CONTEXTS])
+def test_chain_rejects_bad_context_and_changes_nothing(what: str, ctx: Any, message: str) -> None:
+    m = manager(KEYS[:2])
+    m.lookup_chain(KEYS[:3], ReqContext("r1"))
+    before = table(m)
+    with pytest.raises(InvalidInputError, match=r"lookup_chain\(\) .*" + message):
+        m.lookup_chain(KEYS[:3], ctx)
+    assert table(m) == before
+    m.shutdown()
+
+
+def test_unchecked_manager_hands_out_the_core_walk() -> None:
+    # Without checked mode or a trace, m.lookup_chain is the core's own bound method
+    # (no manager layer on the hot path), like m.lookup.
+    m = AsyncLookupManager(InMemoryBackend(), worker="manual")
+    assert m.lookup_chain.__self__ is m.core  # type: ignore[attr-defined]
+    assert m.lookup_chain.__func__ is type(m.core).lookup_chain  # type: ignore[attr-defined]
+    m.shutdown()
+
+
+@pytest.mark.parametrize("how", ["lookup", "lookup_chain"])
+def test_states_made_inline_equal_probe_states_made_by_the_constructor(how: str) -> None:
+    # lookup and lookup_chain build a ProbeState slot by slot (no __init__ call);
+    # every slot must be set, to what ProbeState(key, owner, generation) sets.
+    from kvprobe.statemachine.records import ProbeState
+
+    m = AsyncLookupManager(InMemoryBackend(), worker="manual")
+    ctx = ReqContext("r1")
+    if how == "lookup":
+        m.lookup(KEYS[0], ctx)
+    else:
+        m.lookup_chain([KEYS[0]], ctx)
+    made = m.core.states[KEYS[0]]
+    owner = m.core.requests["r1"]
+    reference = ProbeState(KEYS[0], owner, made.generation)
+    for slot in ProbeState.__slots__:
+        assert getattr(made, slot) == getattr(reference, slot), slot
+    assert made.owner is owner and type(made) is ProbeState
+    m.shutdown()
+
+
+@pytest.mark.parametrize("make", [memoryview, _np_key, Sub], ids=["memoryview", "numpy.bytes_", "bytes-subclass"])
+def test_a_waiting_request_re_walking_with_a_look_alike_key_is_refused(make: Any) -> None:
+    # The walk of a request that already waits on its keys reads its own states
+    # first (no table lookup); a key equal to the listed one but not exactly bytes
+    # must still be refused there, with no results waiting to force the full check.
+    m = manager(KEYS[:2])
+    ctx = ReqContext("r1")
+    m.lookup_chain(KEYS[:3], ctx)
+    m.flush()
+    pump(m)
+    m.lookup_chain(KEYS[:3], ctx)  # applies the results
+    assert not m.core.inbox
+    before = table(m)
+    with pytest.raises(InvalidInputError, match=r"keys must be bytes, got "):
+        m.lookup_chain([KEYS[0], make(KEYS[1]), KEYS[2]], ctx)
+    assert table(m) == before
+    m.shutdown()
