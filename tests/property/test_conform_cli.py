@@ -24,8 +24,8 @@ def test_a_lying_tier_fails_with_its_example(factory: str, capsys: pytest.Captur
     assert conform_main([factory, "--examples", "300", "--derandomize", "--no-shrink"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out
-    # The minimal failing example: the steps that reproduce it.
-    assert "state = " in out and "set_stored" in out
+    # The failing example: numbered steps with short key names, the failing one marked.
+    assert " 1. initial_blocks(" in out and "<- fails here" in out
 
 
 @pytest.mark.parametrize(
