@@ -137,10 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Never raises for a model-checking outcome: violations, a missing checker
     and spec errors are reported on stdout/stderr and by the exit status.
     """
-    try:
-        args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:  # argparse exits 0 on --help, 2 on a usage error
-        return EXIT_OK if exc.code == 0 else EXIT_USAGE
+    # argparse raises SystemExit: 0 after --help, 2 (EXIT_USAGE) for a bad option.
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():
         # Turn SIGTERM into an exception so that run_tlc stops the TLC process.

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -98,9 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.examples < 1 or args.steps < 1 or args.timeout < 0:
         print("kvprobe conform: --examples and --steps must be at least 1, --timeout at least 0", file=sys.stderr)
         return 2
-    if importlib.util.find_spec("hypothesis") is None:
+    try:
+        import hypothesis  # noqa: F401  (only to say which extra is missing)
+    except ImportError:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
+    # NIXL logs each agent it creates at INFO on stdout, once per generated run:
+    # quiet unless the user asked for a level (NIXL_LOG_LEVEL=INFO shows them).
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     from kvprobe.progress import Progress
     from kvprobe.testing.stateful import run_conformance
 
