@@ -7,10 +7,13 @@ late answer) plus ground-truth changes (store/remove a block).  Each rule
 performs the action on a real :class:`~kvprobe.statemachine.AsyncLookupManager`
 and on the reference model (:mod:`kvprobe.spec.model`) and compares what the
 caller can see: return values, ``phase`` and ``len``, the backend calls made,
-the counters, and the manager's tables abstracted into a model state.  The
-``@invariant`` s carry the names of ``docs/properties.md`` and evaluate the
-model's predicates both on the model and on the abstraction of the real
-manager (history variables are recorded from the manager's trace).  Every
+the counters, and the manager's tables abstracted into a model state.  One
+``@invariant`` (``contract``) runs the checks after every step: first
+``TierAnswersTruthfully`` (the oracle: every answer the tier gave matched
+what the factory stored), then the predicates named as in
+``docs/properties.md``, evaluated both on the model and on the abstraction
+of the real manager (history variables are recorded from the manager's
+trace), then the comparison with the model.  Every
 trace event is also fed to :class:`kvprobe.spec.replay.TraceChecker` as it is
 emitted, so each run's whole trace is validated against the model.
 
@@ -1095,6 +1098,7 @@ def run_conformance(
             p for p in (Phase.explicit, Phase.generate, Phase.target, Phase.shrink) if shrink or p is not Phase.shrink
         ),
     )
+    # run_state_machine_as_test takes no seed: build the same test and seed it.
     test = get_state_machine_test(machine, settings=config)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
