@@ -53,3 +53,10 @@ def test_a_seed_reproduces_a_failure(capsys: pytest.CaptureFixture[str]) -> None
     assert conform_main([factory, "--seed", "7", "--no-shrink"]) == 1
     again = capsys.readouterr().out
     assert first.split("FAIL after")[1].split("\n", 1)[1] == again.split("FAIL after")[1].split("\n", 1)[1]
+
+
+def test_the_threaded_worker_also_fails_a_lying_tier(capsys: pytest.CaptureFixture[str]) -> None:
+    # The audit runs on the worker thread there; the failure is still reported on the test's.
+    factory, _ = LYING_TIERS["permuted"]
+    assert conform_main([factory, "--worker", "thread", "--derandomize", "--no-shrink"]) == 1
+    assert "TierAnswersTruthfully: the tier answered" in capsys.readouterr().out
