@@ -145,6 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminated)
     try:
         return _main(args)
+    except _UsageError as exc:
+        print(f"kvprobe check: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:  # run_tlc has stopped TLC on the way out
         print("\nkvprobe check: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -154,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+
+
+class _UsageError(Exception):
+    """A request that cannot be carried out as asked (exit 2, one line)."""
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -202,7 +209,7 @@ def _with_mutant(cfg: str, mutant: str) -> str:
     if mutant == "none":
         return cfg
     if not _MUTANT_LINE.search(cfg):
-        raise SystemExit(f"kvprobe check: the config sets no Mutant constant, so --mutant {mutant} cannot apply")
+        raise _UsageError(f"the config sets no Mutant constant, so --mutant {mutant} cannot apply")
     return _MUTANT_LINE.sub(lambda m: f'{m.group(1)}"{mutant}"', cfg)
 
 

@@ -17,8 +17,8 @@ Needs Hypothesis (``pip install 'kvprobe[conform]'``); ``--help`` works without 
 
 Exit status: 0 when every example passed, 1 when the machine found a failing
 example (printed, minimal, with the steps that reproduce it), 2 for a usage
-error (bad arguments, a factory that cannot be imported or returns the wrong
-thing).
+error (bad arguments, a factory that cannot be imported, raises on its
+first call, or returns the wrong thing), in one line on stderr.
 
 Example::
 
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_s=args.timeout or None,
             on_run=lambda n: progress.show(f"conform: {n} runs (up to {args.examples} examples, then shrinking)"),
         )
-    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+    except Exception as exc:  # the factory cannot be imported, called, or used: the user's to fix
         progress.clear()
         print(f"kvprobe conform: cannot use {args.factory}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -122,3 +122,23 @@ def test_conform_without_hypothesis_says_which_extra(tmp_path: Path) -> None:
     ran = subprocess.run([*run, "kvprobe.testing.stateful:memory_factory"], capture_output=True, text=True, env=env)
     assert ran.returncode == 2
     assert _one_line_error(ran) == "kvprobe conform needs Hypothesis: pip install 'kvprobe[conform]'"
+
+
+def test_check_mutant_on_a_config_without_one_is_a_usage_error(tmp_path: Path) -> None:
+    tla = tmp_path / "tla"
+    shutil.copytree(ROOT / "tla", tla)
+    (tla / "plain.cfg").write_text("CONSTANTS\n    Keys = {k1}\nSPECIFICATION Spec\n")
+    env = {**ENV, "KVPROBE_TLA_DIR": str(tla)}
+    cmd = [sys.executable, "-m", "kvprobe.cli", "check", "--config", "plain", "--mutant", "double-result"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert "sets no Mutant constant" in _one_line_error(proc)
+
+
+def test_conform_factory_that_raises_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "raising_factory.py").write_text("def make():\n    raise RuntimeError('no credentials')\n")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path), ENV["PYTHONPATH"]])}
+    cmd = [sys.executable, "-m", "kvprobe.cli", "conform", "raising_factory:make"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert "RuntimeError: no credentials" in _one_line_error(proc)
