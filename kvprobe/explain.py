@@ -265,6 +265,14 @@ def _leak(states: Sequence[State]) -> str:
     return "a probe is held that nothing will ever answer or reclaim"
 
 
+def _never_reclaimed(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, phase in sorted(last.get("phase", {}).items(), key=str):
+        if phase in ("PENDING", "IN_FLIGHT"):
+            return f"{key} stays {phase} forever: it is never resolved or reclaimed"
+    return "the behaviour goes on forever without the table emptying, though no request waits any more"
+
+
 #: Property -> what went wrong, from the states of the counterexample.
 VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
     "StaleGenerationDropped": _stale,
@@ -278,9 +286,7 @@ VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
     "ReverseIndexConsistent": lambda s: "the reverse index and a state's waiters disagree about which request waits",
     "TypeOK": lambda s: "a variable took a value outside its type",
     "AfterShutdownEmpty": lambda s: "a state is still held after shutdown",
-    "EventuallyReclaimed": lambda s: (
-        "the run can go on forever (the steps after the loop point repeat) with a probe never resolved or reclaimed"
-    ),
+    "EventuallyReclaimed": lambda s: _never_reclaimed(s),
     "deadlock": lambda s: "no action can happen any more, yet the manager was not shut down",
 }
 
@@ -333,7 +339,10 @@ def explain(steps: Sequence[Step], violated: str | None) -> str:
     before: dict[str, TlaValue] = {}
     for step in steps:
         if not step.values:  # the end of a lasso
-            lines.append(f"  then: {step.action} (the behaviour repeats from there forever)")
+            if step.action.startswith("Stuttering"):
+                lines.append("  then: nothing happens any more, forever (stuttering)")
+            else:
+                lines.append(f"  then: {step.action}: the steps from there repeat forever")
             continue
         after = _parsed(step)
         states.append(after)

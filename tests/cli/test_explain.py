@@ -54,7 +54,7 @@ def test_unknown_variables_actions_and_properties_are_shown_plainly() -> None:
     assert "[2] Teleport (changed: phase, shiny)" in text
     assert "shiny: 1" in text
     assert "[3] Drain (changed: shiny)" in text and "shiny: <<garbled" in text
-    assert "then: Back to state 2" in text
+    assert "then: Back to state 2: the steps from there repeat forever" in text
     assert text.splitlines()[-1] == "What went wrong (NoSuchInvariant): the property NoSuchInvariant does not hold."
 
 
@@ -72,3 +72,14 @@ def test_check_prints_the_account_after_tlc_and_raw_leaves_it_out(tmp_path: Path
     raw = subprocess.run([*cmd, "--raw"], capture_output=True, text=True, timeout=300)
     assert raw.returncode == 10
     assert "In plain words" not in raw.stdout and "Counterexample (" in raw.stdout
+
+
+def test_a_liveness_lasso_says_which_probe_is_never_reclaimed() -> None:
+    # The first three states of the recorded trace end with k1 IN_FLIGHT; a lasso stutters there.
+    lasso = [*_steps()[:3], Step(4, "Stuttering", {})]
+    lines = explain(lasso, "EventuallyReclaimed").splitlines()
+    assert "  then: nothing happens any more, forever (stuttering)" in lines
+    assert (
+        lines[-1]
+        == "What went wrong (EventuallyReclaimed): k1 stays IN_FLIGHT forever: it is never resolved or reclaimed."
+    )
