@@ -68,7 +68,7 @@ _EXIT_BY_OUTCOME = {
     "error": EXIT_SPEC_ERROR,
 }
 
-#: The named mutants of DESIGN.md section 3 (values of the model constant Mutant).
+#: The named mutants of docs/properties.md (values of the model constant Mutant).
 MUTANTS: tuple[str, ...] = (
     "flush-submits-cleaned",
     "cleanup-drops-in-flight",
