@@ -35,4 +35,4 @@ test: lint
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest
 
 bench: $(VENV)/.dev-installed
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python -m bench.run_all

@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Sequence
 
 from bench.common import Row
+from kvprobe.progress import Progress
 
 __all__ = ["BENCHMARKS", "main", "run"]
 
@@ -34,9 +35,10 @@ BENCHMARKS = ("hotpath", "latency", "memory", "starvation", "throughput", "tlc_c
 def run(quick: bool, only: Sequence[str] = ()) -> tuple[list[Row], dict[str, float]]:
     rows: list[Row] = []
     seconds: dict[str, float] = {}
-    for name in BENCHMARKS:
-        if only and name not in only:
-            continue
+    display = Progress(sys.stderr)  # a live line on a terminal only
+    chosen = [name for name in BENCHMARKS if not only or name in only]
+    for stage, name in enumerate(chosen, 1):
+        display.show(f"bench: {name} ({stage} of {len(chosen)})", force=True)
         t0 = time.perf_counter()
         try:
             module = importlib.import_module(f"bench.{name}")
@@ -45,6 +47,7 @@ def run(quick: bool, only: Sequence[str] = ()) -> tuple[list[Row], dict[str, flo
             traceback.print_exc(file=sys.stderr)
             rows.append(Row(name, "n/a", f"{type(exc).__name__}", str(exc)[:100]))
         seconds[name] = time.perf_counter() - t0
+        display.clear()
         print(f"[{name}: {seconds[name]:.0f} s]", file=sys.stderr, flush=True)
     return rows, seconds
 

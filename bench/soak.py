@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvprobe.backends import FsBackend, check_key
+from kvprobe.progress import Progress
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 __all__ = ["FaultInjector", "SoakResult", "main", "run"]
@@ -236,6 +237,7 @@ def run(
     gc.collect()
     rss_start = rss_bytes() / MIB
     t0 = time.monotonic()
+    display = Progress(sys.stderr)  # a live line on a terminal only
 
     while True:
         now = time.monotonic()
@@ -296,6 +298,9 @@ def run(
         if lookup_pairs >= next_sample:
             rss = rss_bytes() / MIB
             series.append((lookup_pairs, size, round(rss, 2)))
+            display.show(
+                f"soak: {min(lookup_pairs, lookups):,} of {lookups:,} lookups, {size:,} probes held, {rss:.0f} MiB"
+            )
             next_sample = lookup_pairs + sample_every
             if rss_at_25 is None and lookup_pairs >= lookups // 4:
                 rss_at_25 = rss
@@ -305,6 +310,7 @@ def run(
         # loop would mostly re-ask for verdicts still in flight.
         time.sleep(step_sleep_s)
 
+    display.clear()
     # Every request is cleaned up; probes still in flight for nobody are
     # reclaimed when their results arrive.
     deadline = time.monotonic() + verdict_bound_s

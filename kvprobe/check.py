@@ -9,11 +9,17 @@ Examples::
     kvprobe check --trace run.ndjson    # is a recorded trace a behaviour of the model?
     kvprobe check --list
     kvprobe check --diagram             # the lifecycle diagram (docs/lifecycle.md)
+
+A counterexample is printed as TLC gives it, then in plain words
+(:mod:`kvprobe.explain`); ``--raw`` prints TLC's form only.  On a terminal a
+live line shows TLC's progress (states found, rate); elsewhere (CI logs)
+nothing but the results is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import signal
 import sys
@@ -22,11 +28,14 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from kvprobe.explain import explain
+from kvprobe.progress import Progress
 from kvprobe.tlc import CheckerMissing, Message, Step, TlcResult, read_trace, run_tlc, tla_dir, trace_to_tla
 
 __all__ = [
     "EXIT_CHECKER_MISSING",
     "EXIT_DEADLOCK",
+    "EXIT_INTERRUPTED",
     "EXIT_INVARIANT",
     "EXIT_LIVENESS",
     "EXIT_OK",
@@ -49,6 +58,7 @@ EXIT_SPEC_ERROR = 13
 EXIT_CHECKER_MISSING = 14
 EXIT_TRACE_REJECTED = 15
 EXIT_UNREACHED = 16
+EXIT_INTERRUPTED = 130
 
 _EXIT_BY_OUTCOME = {
     "ok": EXIT_OK,
@@ -58,7 +68,7 @@ _EXIT_BY_OUTCOME = {
     "error": EXIT_SPEC_ERROR,
 }
 
-#: The named mutants of DESIGN.md section 3 (values of the model constant Mutant).
+#: The named mutants of docs/properties.md (values of the model constant Mutant).
 MUTANTS: tuple[str, ...] = (
     "flush-submits-cleaned",
     "cleanup-drops-in-flight",
@@ -72,7 +82,7 @@ MUTANTS: tuple[str, ...] = (
 EPILOG = f"""\
 exit status:
   {EXIT_OK}   ok: no violation (reach: every witness found; trace: accepted)
-  {EXIT_USAGE}   usage error
+  {EXIT_USAGE}   usage error (bad option, unknown config or mutant, unreadable or malformed --trace file)
   {EXIT_INVARIANT}  a safety property (invariant or action property) is violated
   {EXIT_LIVENESS}  a liveness property is violated
   {EXIT_DEADLOCK}  deadlock: a state without successor other than after Shutdown
@@ -80,6 +90,7 @@ exit status:
   {EXIT_CHECKER_MISSING}  the checker is missing: no java, or no/wrong tla2tools.jar
   {EXIT_TRACE_REJECTED}  --trace: the recorded trace is not a behaviour of the model
   {EXIT_UNREACHED}  --config reach: some reachability witness was not found
+  {EXIT_INTERRUPTED} interrupted (Ctrl-C); TLC is stopped
 """
 
 _MUTANT_LINE = re.compile(r'^(\s*Mutant\s*=\s*)"[^"]*"', re.MULTILINE)
@@ -113,7 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", type=Path, help="check that a recorded NDJSON trace is a behaviour of the model")
     parser.add_argument("--list", action="store_true", help="list the configs and the mutants, then exit")
     parser.add_argument("--diagram", action="store_true", help="print docs/lifecycle.md, generated from the lifecycle")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--quiet", action="store_true", help="no progress line (there is none unless on a terminal)")
+    parser.add_argument(
+        "--raw", action="store_true", help="a counterexample as TLC prints it only, without the plain-words account"
+    )
     return parser
 
 
@@ -123,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Never raises for a model-checking outcome: violations, a missing checker
     and spec errors are reported on stdout/stderr and by the exit status.
     """
+    # argparse raises SystemExit: 0 after --help, 2 (EXIT_USAGE) for a bad option.
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():
@@ -130,12 +145,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminated)
     try:
         return _main(args)
+    except _UsageError as exc:
+        print(f"kvprobe check: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # run_tlc has stopped TLC on the way out
+        print("\nkvprobe check: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except FileNotFoundError as exc:  # no tla/ folder (an install without the model)
         print(f"kvprobe check: {exc}; set KVPROBE_TLA_DIR to the repository's tla/ folder", file=sys.stderr)
         return EXIT_SPEC_ERROR
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+
+
+class _UsageError(Exception):
+    """A request that cannot be carried out as asked (exit 2, one line)."""
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -162,7 +187,7 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         if args.trace is not None:
-            return _check_trace(args.trace, args.workers, args.quiet)
+            return _check_trace(args.trace, args.workers, args.quiet, args.raw)
         folder = tla_dir()
         config = folder / f"{args.config}.cfg"
         if not config.is_file():
@@ -176,7 +201,7 @@ def _main(args: argparse.Namespace) -> int:
         print(f"kvprobe check: {exc}", file=sys.stderr)
         return EXIT_CHECKER_MISSING
     label = f"{args.config} (mutant {args.mutant})"
-    _report(result, label, _properties(text))
+    _report(result, label, _properties(text), raw=args.raw)
     return _EXIT_BY_OUTCOME[result.outcome]
 
 
@@ -184,7 +209,7 @@ def _with_mutant(cfg: str, mutant: str) -> str:
     if mutant == "none":
         return cfg
     if not _MUTANT_LINE.search(cfg):
-        raise SystemExit(f"kvprobe check: the config sets no Mutant constant, so --mutant {mutant} cannot apply")
+        raise _UsageError(f"the config sets no Mutant constant, so --mutant {mutant} cannot apply")
     return _MUTANT_LINE.sub(lambda m: f'{m.group(1)}"{mutant}"', cfg)
 
 
@@ -207,26 +232,46 @@ def _properties(cfg: str) -> list[str]:
 
 
 def _run(spec: Path, cfg_text: str, workers: int, quiet: bool, extra: dict[str, str] | None = None) -> TlcResult:
+    progress = _TlcProgress()
     with tempfile.TemporaryDirectory(prefix="kvprobe-cfg-") as tmp:
         cfg = Path(tmp) / "run.cfg"
         cfg.write_text(cfg_text)
-        return run_tlc(spec, cfg, workers=workers, extra_files=extra, on_message=None if quiet else _progress)
+        try:
+            return run_tlc(spec, cfg, workers=workers, extra_files=extra, on_message=None if quiet else progress)
+        finally:
+            progress.clear()
 
 
-def _progress(msg: Message) -> None:
-    text = msg.text.strip()
-    if msg.code == 2200:  # Progress(depth) at ...: N states generated ..., M distinct states found, Q left
-        found = re.search(
-            r"Progress\((\d+)\).*?([\d,]+) states generated.*?([\d,]+) distinct.*?([\d,]+) states left", text
-        )
-        if found:
-            depth, gen, distinct, left = found.groups()
-            print(f"  ... depth {depth}: {distinct} distinct states, {gen} generated, {left} on queue", file=sys.stderr)
-    elif msg.code in (2185, 2190, 2192):  # starting, initial states, checking temporal properties
-        print(f"  ... {text.splitlines()[0]}", file=sys.stderr)
-    elif text.startswith("Checking temporal properties") or text.startswith("Checking 1 branches"):
-        print(f"  ... {text.splitlines()[0]}", file=sys.stderr)
-    sys.stderr.flush()
+class _TlcProgress:
+    """TLC's progress messages as one live line on a terminal (nothing elsewhere)."""
+
+    def __init__(self) -> None:
+        self.display = Progress(sys.stderr)
+
+    def __call__(self, msg: Message) -> None:
+        text = msg.text.strip()
+        if msg.code == 2200:  # Progress(depth) at ...: N states generated (R s/min), M distinct states found, ...
+            found = re.search(
+                r"Progress\((\d+)\).*?([\d,]+) states generated(?: \(([\d,]+) s/min\))?.*?([\d,]+) distinct"
+                r".*?([\d,]+) states left",
+                text,
+            )
+            if found:
+                depth, gen, per_min, distinct, left = found.groups()
+                rate = f", {_int(per_min) / 60:,.0f} states/s" if per_min else ""
+                self.display.show(
+                    f"TLC: depth {depth}, {distinct} distinct states, {gen} generated{rate}, {left} on queue",
+                    force=True,
+                )
+        elif msg.code in (2185, 2190, 2192) or text.startswith(("Checking temporal properties", "Checking 1 branches")):
+            self.display.show(f"TLC: {text.splitlines()[0]}", force=True)
+
+    def clear(self) -> None:
+        self.display.clear()
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
 
 
 def _summary(result: TlcResult) -> str:
@@ -241,7 +286,7 @@ def _summary(result: TlcResult) -> str:
     return ", ".join(parts)
 
 
-def _report(result: TlcResult, label: str, properties: list[str]) -> None:
+def _report(result: TlcResult, label: str, properties: list[str], raw: bool = False) -> None:
     if result.outcome == "ok":
         print(f"kvprobe check {label}: OK, no violation: {_summary(result)}")
         return
@@ -255,6 +300,9 @@ def _report(result: TlcResult, label: str, properties: list[str]) -> None:
     kind = {"invariant": "safety property", "liveness": "liveness property", "deadlock": "deadlock"}[result.outcome]
     print(f"Counterexample ({len(result.trace)} states) violating {name}:")
     print(format_trace(result.trace))
+    if not raw:
+        violated = "deadlock" if result.outcome == "deadlock" else result.property or next(iter(properties), None)
+        print(explain(result.trace, violated))
     violated = "DEADLOCK reached" if result.outcome == "deadlock" else f"VIOLATED {kind} {name}"
     print(f"kvprobe check {label}: {violated}: {_summary(result)}")
 
@@ -297,9 +345,19 @@ def _check_reach(folder: Path, name: str, cfg: str, workers: int, quiet: bool) -
     return EXIT_OK
 
 
-def _check_trace(path: Path, workers: int, quiet: bool) -> int:
-    events = read_trace(path)
-    module, cfg = trace_to_tla(events)
+def _check_trace(path: Path, workers: int, quiet: bool, raw: bool = False) -> int:
+    try:
+        events = read_trace(path)
+        if not all(isinstance(event, dict) for event in events):
+            raise ValueError("every line must be a JSON object (one trace event)")
+        module, cfg = trace_to_tla(events)
+    except OSError as exc:
+        print(f"kvprobe check: cannot read the trace {path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        reason = f"{exc.msg} at line {exc.lineno} of its event" if isinstance(exc, json.JSONDecodeError) else exc
+        print(f"kvprobe check: {path} is not a kvprobe NDJSON trace: {reason}", file=sys.stderr)
+        return EXIT_USAGE
     folder = tla_dir()
     with tempfile.TemporaryDirectory(prefix="kvprobe-trace-") as tmp:
         spec = Path(tmp) / "TraceRun.tla"
@@ -310,9 +368,13 @@ def _check_trace(path: Path, workers: int, quiet: bool) -> int:
         cfg_path.write_text(cfg)
         # A dead end only means that interleaving does not match the trace:
         # -deadlock turns TLC 2.15's deadlock check off for this run.
-        result = run_tlc(
-            spec, cfg_path, workers=workers, extra_args=["-deadlock"], on_message=None if quiet else _progress
-        )
+        progress = _TlcProgress()
+        try:
+            result = run_tlc(
+                spec, cfg_path, workers=workers, extra_args=["-deadlock"], on_message=None if quiet else progress
+            )
+        finally:
+            progress.clear()
     if result.outcome == "invariant" and result.property == "TraceUnfinished":
         print(f"kvprobe check --trace {path}: ACCEPTED, all {len(events)} events: {_summary(result)}")
         return EXIT_OK
@@ -322,7 +384,7 @@ def _check_trace(path: Path, workers: int, quiet: bool) -> int:
             f"(TLC search depth {result.depth}): {_summary(result)}"
         )
         return EXIT_TRACE_REJECTED
-    _report(result, f"--trace {path}", [])
+    _report(result, f"--trace {path}", [], raw=raw)
     return _EXIT_BY_OUTCOME[result.outcome]
 
 

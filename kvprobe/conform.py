@@ -9,10 +9,16 @@ keys first, then stores and removes blocks between steps and checks every
 verdict the manager reports against what it stored, along with the rest of
 the contract (see :mod:`kvprobe.testing.stateful`).
 
+Every answer the tier gives is audited against what the factory stored, and
+a call slower than ``--timeout`` (default 1 s) fails the run: behind a
+manager with that timeout, its keys would resolve as MISS.
+
+Needs Hypothesis (``pip install 'kvprobe[conform]'``); ``--help`` works without it.
+
 Exit status: 0 when every example passed, 1 when the machine found a failing
 example (printed, minimal, with the steps that reproduce it), 2 for a usage
-error (bad arguments, a factory that cannot be imported or returns the wrong
-thing).
+error (bad arguments, a factory that cannot be imported, raises on its
+first call, or returns the wrong thing), in one line on stderr.
 
 Example::
 
@@ -23,12 +29,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
-from kvprobe.testing.stateful import run_conformance
+__all__ = ["DEFAULT_TIMEOUT_S", "INSTALL_HINT", "load_factory", "main"]
 
-__all__ = ["load_factory", "main"]
+#: The default bound on one backend call, in seconds (``--timeout``).
+DEFAULT_TIMEOUT_S = 1.0
+
+INSTALL_HINT = "kvprobe conform needs Hypothesis: pip install 'kvprobe[conform]'"
 
 
 def load_factory(spec: str) -> Callable[[], object]:
@@ -50,11 +60,12 @@ def load_factory(spec: str) -> Callable[[], object]:
     return obj
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the conformance machine; return the exit status (0 pass, 1 fail, 2 usage)."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvprobe conform",
-        description="Run kvprobe's stateful conformance machine against a backend factory.",
+        description="Run kvprobe's stateful conformance machine against a backend factory "
+        "(needs Hypothesis: pip install 'kvprobe[conform]').",
+        epilog="exit status: 0 every example passed, 1 a failing example was found, 2 usage error",
     )
     parser.add_argument("factory", metavar="MODULE:FACTORY", help="zero-argument callable returning the tier")
     parser.add_argument("--examples", type=int, default=100, help="generated runs (default 100)")
@@ -65,15 +76,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="manual",
         help="manual: the machine pumps the worker (every interleaving); thread: the real ThreadedWorker",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"a backend call slower than this fails (default {DEFAULT_TIMEOUT_S:g}; 0: no bound)",
+    )
     parser.add_argument("--derandomize", action="store_true", help="the same examples on every run (for CI)")
+    parser.add_argument("--seed", type=int, help="generate from this seed (a failure report gives its seed)")
     parser.add_argument("--no-shrink", action="store_true", help="report the first failing example as found (faster)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the conformance machine; return the exit status (0 pass, 1 fail, 2 usage)."""
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse exits on --help and on errors
         return 0 if exc.code == 0 else 2
-    if args.examples < 1 or args.steps < 1:
-        print("kvprobe conform: --examples and --steps must be at least 1", file=sys.stderr)
+    if args.examples < 1 or args.steps < 1 or args.timeout < 0:
+        print("kvprobe conform: --examples and --steps must be at least 1, --timeout at least 0", file=sys.stderr)
         return 2
+    try:
+        import hypothesis  # noqa: F401  (only to say which extra is missing)
+    except ImportError:
+        print(INSTALL_HINT, file=sys.stderr)
+        return 2
+    # NIXL logs each agent it creates at INFO on stdout, once per generated run:
+    # quiet unless the user asked for a level (NIXL_LOG_LEVEL=INFO shows them).
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
+    from kvprobe.progress import Progress
+    from kvprobe.testing.stateful import run_conformance
+
+    progress = Progress(sys.stderr)
     try:
         factory = load_factory(args.factory)
         result = run_conformance(
@@ -83,14 +119,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             worker=args.worker,
             derandomize=args.derandomize,
             shrink=not args.no_shrink,
+            seed=args.seed,
+            timeout_s=args.timeout or None,
+            on_run=lambda n: progress.show(f"conform: {n} runs (up to {args.examples} examples, then shrinking)"),
         )
-    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+    except Exception as exc:  # the factory cannot be imported, called, or used: the user's to fix
+        progress.clear()
         print(f"kvprobe conform: cannot use {args.factory}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    print(f"kvprobe conform {args.factory} (worker={result.worker})")
+    progress.clear()
+    seeded = "derandomized" if result.seed is None else f"seed {result.seed}"
+    print(f"kvprobe conform {args.factory} (worker={result.worker}, {seeded})")
     if result.passed:
         print(f"PASS: {result.examples} examples of up to {args.steps} steps in {result.seconds:.1f} s")
         return 0
-    print(f"FAIL after {result.seconds:.1f} s: the backend, driven through AsyncLookupManager, broke the contract.")
+    print(f"FAIL after {result.seconds:.1f} s: the backend, driven through AsyncLookupManager, broke the contract:")
     print(result.failure)
+    if result.seed is not None:
+        print(f"Reproduce: kvprobe conform {args.factory} --seed {result.seed}")
     return 1

@@ -7,10 +7,13 @@ late answer) plus ground-truth changes (store/remove a block).  Each rule
 performs the action on a real :class:`~kvprobe.statemachine.AsyncLookupManager`
 and on the reference model (:mod:`kvprobe.spec.model`) and compares what the
 caller can see: return values, ``phase`` and ``len``, the backend calls made,
-the counters, and the manager's tables abstracted into a model state.  The
-``@invariant`` s carry the names of ``docs/properties.md`` and evaluate the
-model's predicates both on the model and on the abstraction of the real
-manager (history variables are recorded from the manager's trace).  Every
+the counters, and the manager's tables abstracted into a model state.  One
+``@invariant`` (``contract``) runs the checks after every step: first
+``TierAnswersTruthfully`` (the oracle: every answer the tier gave matched
+what the factory stored), then the predicates named as in
+``docs/properties.md``, evaluated both on the model and on the abstraction
+of the real manager (history variables are recorded from the manager's
+trace), then the comparison with the model.  Every
 trace event is also fed to :class:`kvprobe.spec.replay.TraceChecker` as it is
 emitted, so each run's whole trace is validated against the model.
 
@@ -33,22 +36,25 @@ the machine keeps the set of stored keys and expects the backend to agree.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
+import hypothesis
 from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    get_state_machine_test,
     initialize,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from kvprobe.backends.base import Backend
@@ -73,9 +79,11 @@ __all__ = [
     "Target",
     "abstract_state",
     "as_target",
+    "failure_report",
     "lookup_machine",
     "memory_factory",
     "run_conformance",
+    "short_name",
 ]
 
 #: The key pool: few keys, so collisions, shared probes and reuse are common.
@@ -103,23 +111,56 @@ def _raise_after(verdicts: list[bool]) -> Iterator[bool]:
     raise ScriptedFault("scripted failure while the result is iterated")
 
 
+def short_name(key: bytes, pool: Sequence[bytes] = KEYS) -> str:
+    """``k1``, ``k2``, ... for the keys of ``pool`` (in pool order); other keys as hex."""
+    return f"k{pool.index(key) + 1}" if key in pool else key.hex()
+
+
+def _hit(verdict: object) -> str:
+    return "hit" if verdict else "miss"
+
+
+def _shown(verdict: bool | None) -> str:
+    return "unknown yet (None)" if verdict is None else _hit(verdict)
+
+
 class ScriptedBackend:
-    """Wraps a backend; the next call can be made to fail in a chosen way.
+    """Wraps a backend; the next call can be made to fail in a chosen way, and
+    every answer of the wrapped backend is audited against the ground truth.
 
     ``mode`` applies to the next ``batch_lookup`` only: ``"ok"``, ``"raise"``
     (raise at call time), ``"raise_iter"`` (raise while the result is
     iterated), ``"short"`` (one result too few), ``"long"`` (one too many).
     Every call is recorded in ``calls`` as ``(keys, req_id)`` before anything
     else happens.  Errors of the wrapped backend propagate unchanged.
+
+    The audit: with ``oracle`` (key -> is the block stored now), each answer
+    the wrapped backend gives is compared with it, key by key, before any
+    scripted fault is applied; with ``budget_s``, a call that takes longer is
+    a fault too (behind a manager with that timeout its keys would resolve as
+    MISS).  Each finding is appended to ``lies`` as one line; the machine's
+    ``TierAnswersTruthfully`` check fails on the first.  The audit runs on the
+    calling thread (the worker's in thread mode): it only appends, so it never
+    changes what the manager sees.
     """
 
-    def __init__(self, inner: Backend) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        oracle: Callable[[bytes], bool] | None = None,
+        budget_s: float | None = None,
+        pool: Sequence[bytes] = KEYS,
+    ) -> None:
         self.inner = inner
         self.mode = "ok"
         self.calls: list[tuple[tuple[bytes, ...], str | None]] = []
         self.release = threading.Event()
         #: With groups running concurrently, ``mode`` applies to this request's call only.
         self.mode_for: str | None = None
+        self.oracle = oracle
+        self.budget_s = budget_s
+        self.pool = tuple(pool)
+        self.lies: list[str] = []
 
     def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> Any:
         keys = list(keys)
@@ -134,7 +175,9 @@ class ScriptedBackend:
             self.release.wait()
         if mode == "raise":
             raise ScriptedFault("scripted failure at call time")
+        start = time.monotonic()
         verdicts = list(self.inner.batch_lookup(keys, req_context))
+        self._audit(keys, verdicts, time.monotonic() - start)
         if mode == "raise_iter":
             return _raise_after(verdicts[: len(verdicts) // 2])
         if mode == "short":
@@ -142,6 +185,27 @@ class ScriptedBackend:
         if mode == "long":
             return [*verdicts, False]
         return verdicts
+
+    def _audit(self, keys: list[bytes], verdicts: list[Any], seconds: float) -> None:
+        names = ", ".join(short_name(k, self.pool) for k in keys)
+        if self.budget_s is not None and seconds > self.budget_s:
+            self.lies.append(
+                f"the tier took {seconds:.2f} s to answer [{names}], over the {self.budget_s:g} s lookup "
+                "timeout: behind a manager with that timeout these keys resolve as MISS"
+            )
+        if self.oracle is None:
+            return
+        if len(verdicts) != len(keys):
+            self.lies.append(f"the tier returned {len(verdicts)} answers for {len(keys)} keys [{names}]")
+            return
+        for key, verdict in zip(keys, verdicts, strict=True):
+            truth = self.oracle(key)
+            if bool(verdict) is not truth:
+                self.lies.append(
+                    f"the tier answered {short_name(key, self.pool)} = {_hit(verdict)}, "
+                    f"but it holds {short_name(key, self.pool)} = {_hit(truth)} "
+                    f"(the factory {'stored' if truth else 'removed or never stored'} that block)"
+                )
 
 
 @dataclass
@@ -374,6 +438,8 @@ def lookup_machine(
     lookup_timeout_s: float | None = None,
     keys: Sequence[bytes] = KEYS,
     reqs: Sequence[str] = REQS,
+    round_trips: int = 0,
+    budget_s: float | None = None,
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -393,6 +459,12 @@ def lookup_machine(
             dropped).  Keep it well above scheduling noise (e.g. 0.3 s).
         keys: the key pool lookups, mark_miss and store/remove draw from.
         reqs: the request-id pool.
+        round_trips: how many copies of the ``RoundTrip`` rule to add (0:
+            none).  Hypothesis picks among enabled rules uniformly, so each
+            copy adds weight: ``kvprobe conform`` uses 3, which makes a
+            lying tier surface within a few steps.
+        budget_s: a backend call slower than this fails the run
+            (``TierAnswersTruthfully``); None: no bound.
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``.
@@ -409,13 +481,18 @@ def lookup_machine(
     class LookupMachine(RuleBasedStateMachine):
         """Drives a real manager and the reference model side by side."""
 
+        last_effects: list[bool] = []  # noqa: RUF012 (replaced, never mutated, per run)
+
         def __init__(self) -> None:
             super().__init__()
             self.target = as_target(factory())
             self.stored: set[bytes] = set()
             for key in key_pool:
                 self.target.remove(key)
-            self.backend = ScriptedBackend(self.target.backend)
+            # The oracle: what the factory's store/remove put in the tier.
+            self.backend = ScriptedBackend(
+                self.target.backend, oracle=self.stored.__contains__, budget_s=budget_s, pool=key_pool
+            )
             self.ghosts = GhostRecorder()
             # What the manager (and a ProcessBackend) starts must end at teardown.
             self.lifetimes = Lifetimes(prefix="kvprobe-")
@@ -432,6 +509,12 @@ def lookup_machine(
             self._cached: tuple[tuple[int, ...], model.State] | None = None
             self._best: dict[str, int] = {}
             self.hung: model.Group | None = None
+            # Per step: did it change anything (the model, the tier, the backend calls)?
+            # The failure report leaves out steps that did not.  The class keeps the
+            # list of the latest run, which is the failing one Hypothesis replays last.
+            self.effects: list[bool] = []
+            self._fingerprint: tuple[object, ...] | None = None
+            type(self).last_effects = self.effects
 
         def teardown(self) -> None:
             # Release resources only; checks belong to rules and invariants (an
@@ -492,7 +575,12 @@ def lookup_machine(
         def Lookup(self, key: bytes, req: str) -> None:
             got = self.m.lookup(key, ReqContext(req))
             self.s, want = model.lookup(self.s, key, req)
-            assert got is want, f"lookup({key.hex()}, {req}) returned {got!r}, the model says {want!r}"
+            if got is not want:
+                self.TierAnswersTruthfully()  # a lying tier is the cause: say so first
+            assert got is want, (
+                f"Lookup({short_name(key, key_pool)}, {req}): the manager answered {_shown(got)}, "
+                f"the model {_shown(want)}"
+            )
 
         def LookupChain(self, keys: list[bytes], req: str) -> None:
             """lookup_chain: the model's Lookup of each key in order, up to and
@@ -809,6 +897,37 @@ def lookup_machine(
                 self._wait_published(len(self.s.inbox))
                 self.backend.release = threading.Event()
 
+        if round_trips > 0:
+
+            @precondition(lambda self: self._open())
+            @rule(
+                req=st.sampled_from(req_pool),
+                # Two keys at least: a group whose verdicts can be swapped or shifted.
+                asked=st.lists(
+                    st.sampled_from(key_pool), min_size=min(2, len(key_pool)), max_size=len(key_pool), unique=True
+                ),
+                change=st.none() | st.tuples(st.sampled_from(key_pool), st.booleans()),
+            )
+            def RoundTrip(self, req: str, asked: list[bytes], change: tuple[bytes, bool] | None) -> None:
+                """Maybe store or remove a block; one request looks up some keys; Flush;
+                the worker answers the batch; Drain; the request asks again.
+
+                The path every verdict takes, as one step (each action is compared
+                and traced as in the single rules), so that a tier's answers reach
+                the checks within a few steps.
+                """
+                if change is not None:
+                    self.set_stored(*change)
+                for key in asked:
+                    self.Lookup(key, req)
+                self.Flush(None)
+                if manual:
+                    while self.s.queue and not self.s.worker_dead:
+                        self.WorkerServesBatch()
+                self.Drain(False)
+                for key in asked:
+                    self.Lookup(key, req)
+
         # -- invariants (docs/properties.md names) --------------------------------------------
 
         def _real(self) -> model.State:
@@ -832,39 +951,63 @@ def lookup_machine(
             real = self._real()
             assert holds(real), f"{name} broken by the implementation: {real}"
 
+        #: The checks run after every step, in this order (one ``@invariant``, so a
+        #: failing example prints one line per step, not one per check).
+        CHECKS = (
+            "TierAnswersTruthfully",
+            "TypeOK",
+            "EnqueueOnce",
+            "NoDuplicateProbe",
+            "StaleGenerationDropped",
+            "VerdictIffResolved",
+            "ForcedMissSticks",
+            "ReverseIndexConsistent",
+            "NothingLeaks",
+            "steer",
+            "conforms_to_reference",
+        )
+
         @invariant()
+        def contract(self) -> None:
+            """Every check of ``CHECKS``; the first that fails names itself."""
+            s = self.s  # the tables, not the counters (a no-op Cleanup still counts one)
+            tables = (s.probes, s.requests, s.step_batch, s.outstanding, s.queue, s.taken, s.timed_out, s.inbox)
+            now = (*tables, s.closed, frozenset(self.stored), len(self.backend.calls))
+            if self._fingerprint is not None:
+                self.effects.append(now != self._fingerprint)
+            self._fingerprint = now
+            for name in self.CHECKS:
+                getattr(self, name)()
+
+        def TierAnswersTruthfully(self) -> None:
+            """Every answer the tier gave matched what the factory stored (and came in time)."""
+            lies = self.backend.lies
+            assert not lies, "TierAnswersTruthfully: " + lies[0] + (f" (and {len(lies) - 1} more)" if lies[1:] else "")
+
         def TypeOK(self) -> None:
             self._check("TypeOK")
 
-        @invariant()
         def EnqueueOnce(self) -> None:
             self._check("EnqueueOnce")
 
-        @invariant()
         def NoDuplicateProbe(self) -> None:
             self._check("NoDuplicateProbe")
 
-        @invariant()
         def StaleGenerationDropped(self) -> None:
             self._check("StaleGenerationDropped")
 
-        @invariant()
         def VerdictIffResolved(self) -> None:
             self._check("VerdictIffResolved")
 
-        @invariant()
         def ForcedMissSticks(self) -> None:
             self._check("ForcedMissSticks")
 
-        @invariant()
         def ReverseIndexConsistent(self) -> None:
             self._check("ReverseIndexConsistent")
 
-        @invariant()
         def NothingLeaks(self) -> None:
             self._check("NothingLeaks")
 
-        @invariant()
         def steer(self) -> None:
             """Guide generation toward the interleavings where the lifecycle is subtle.
 
@@ -875,7 +1018,6 @@ def lookup_machine(
             for label, score in interest(self.s).items():
                 self._best[label] = max(self._best.get(label, 0), score)
 
-        @invariant()
         def conforms_to_reference(self) -> None:
             """Every observable equals the model's (runs after the named invariants)."""
             real = self._real()
@@ -894,6 +1036,9 @@ def lookup_machine(
             assert calls == expected, f"backend calls {self.backend.calls}, the model expects {self.expected_calls}"
             assert self.ghosts.checker.count == len(self.ghosts.events)
 
+    # Hypothesis picks uniformly among the enabled rules: each copy of RoundTrip adds weight.
+    for copy in range(2, round_trips + 1):
+        setattr(LookupMachine, f"RoundTrip{copy}", LookupMachine.RoundTrip)
     LookupMachine.__name__ = f"LookupMachine_{manager_class.__name__}_{worker}"
     LookupMachine.__qualname__ = LookupMachine.__name__
     return LookupMachine
@@ -904,13 +1049,43 @@ def lookup_machine(
 
 @dataclass
 class ConformanceResult:
-    """The outcome of :func:`run_conformance`."""
+    """The outcome of :func:`run_conformance`.
+
+    ``seed`` is the seed the examples were generated from (None when
+    derandomized): passing it again reproduces the run.  ``failure`` is the
+    one-screen report of a failed run (empty when it passed).
+    """
 
     passed: bool
     examples: int
     seconds: float
     worker: str
     failure: str = ""
+    seed: int | None = None
+    runs: int = 0
+
+
+#: How long Hypothesis may spend shrinking a failure before it reports the
+#: smallest example found so far (its own bound is 300 s).
+SHRINK_SECONDS = 10.0
+
+
+@contextmanager
+def _shrink_budget(seconds: float) -> Iterator[None]:
+    # Hypothesis has no public setting for this; its engine reads the module
+    # constant when shrinking starts.  If a future version renames it, the
+    # run still works, with Hypothesis's own bound.
+    from hypothesis.internal.conjecture import engine
+
+    old = getattr(engine, "MAX_SHRINKING_SECONDS", None)
+    if old is None:
+        yield
+        return
+    engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = old
 
 
 def run_conformance(
@@ -921,12 +1096,28 @@ def run_conformance(
     worker: str = "manual",
     derandomize: bool = False,
     shrink: bool = True,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    shrink_seconds: float = SHRINK_SECONDS,
+    round_trips: int = 3,
+    on_run: Callable[[int], None] | None = None,
 ) -> ConformanceResult:
     """Run the machine against ``factory``'s backend; never raises for a failed run.
 
-    On failure, ``failure`` holds the error and Hypothesis's failing example
-    (the steps that reproduce it; minimal unless ``shrink`` is False, which
-    saves the shrinking time).
+    Args:
+        factory: returns a fresh tier and its ground truth (see :func:`as_target`).
+        examples: generated runs at most (the first failure stops the search).
+        steps: steps per run at most.
+        worker: ``"manual"`` or ``"thread"`` (see :func:`lookup_machine`).
+        derandomize: the same examples on every call (for CI); overrides ``seed``.
+        shrink: minimise the failing run (bounded by ``shrink_seconds``).
+        seed: generate from this seed (a run's reported seed reproduces it);
+            None and not derandomized: a fresh random seed, reported.
+        timeout_s: a backend call slower than this fails the run; None: no bound.
+        shrink_seconds: the most time spent shrinking.
+        round_trips: weight of the ``RoundTrip`` rule (see :func:`lookup_machine`).
+        on_run: called with the number of runs started so far, as each starts
+            (for a progress display).
 
     Raises:
         TypeError: the factory's first result is not a usable target (the
@@ -936,7 +1127,20 @@ def run_conformance(
     made = as_target(factory())  # fail early, with a clear message, if the factory is unusable
     if made.close is not None:
         made.close()
-    machine = lookup_machine(factory=factory, worker=worker)
+    runs = 0
+
+    def counted() -> object:
+        nonlocal runs
+        runs += 1
+        if on_run is not None:
+            on_run(runs)
+        return factory()
+
+    machine = lookup_machine(factory=counted, worker=worker, round_trips=round_trips, budget_s=timeout_s)
+    if derandomize:
+        seed = None
+    elif seed is None:
+        seed = random.getrandbits(32)
     config = settings(
         max_examples=examples,
         stateful_step_count=steps,
@@ -945,15 +1149,90 @@ def run_conformance(
         derandomize=derandomize,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
-        phases=tuple(p for p in Phase if shrink or p is not Phase.shrink),
+        report_multiple_bugs=False,  # one failure, one report
+        # No explain phase: it re-runs the failure many times to annotate lines.
+        phases=tuple(
+            p for p in (Phase.explicit, Phase.generate, Phase.target, Phase.shrink) if shrink or p is not Phase.shrink
+        ),
     )
+    # run_state_machine_as_test takes no seed: build the same test and seed it.
+    test = get_state_machine_test(machine, settings=config)
+    if seed is not None:
+        test = hypothesis.seed(seed)(test)
     lines: list[str] = []
     start = time.monotonic()
     try:
-        with with_reporter(lambda text: lines.append(str(text))):
-            run_state_machine_as_test(machine, settings=config)
+        with with_reporter(lambda text: lines.append(str(text))), _shrink_budget(shrink_seconds):
+            test()
     except Exception as exc:
-        notes = "\n".join(getattr(exc, "__notes__", []))
-        text = "\n".join([f"{type(exc).__name__}: {exc}", *lines, notes]).strip()
-        return ConformanceResult(False, examples, time.monotonic() - start, worker, text)
-    return ConformanceResult(True, examples, time.monotonic() - start, worker)
+        report = failure_report(exc, lines, KEYS, getattr(machine, "last_effects", None))
+        return ConformanceResult(False, examples, time.monotonic() - start, worker, report, seed, runs)
+    return ConformanceResult(True, examples, time.monotonic() - start, worker, "", seed, runs)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    subs = getattr(exc, "exceptions", None)  # an ExceptionGroup: several distinct failures
+    if isinstance(subs, tuple):
+        return [leaf for sub in subs for leaf in _leaves(sub)]
+    return [exc]
+
+
+#: Lines of Hypothesis's report that are not steps of the run.
+_NOT_STEPS = ("state.contract()", "state.teardown()")
+
+
+def failure_report(
+    exc: BaseException,
+    lines: Sequence[str],
+    pool: Sequence[bytes] = KEYS,
+    effects: Sequence[bool] | None = None,
+    width: int = 400,
+) -> str:
+    """A failed run on one screen: what broke, then one numbered line per step.
+
+    Keys of ``pool`` are shown as ``k1``, ``k2``, ...; the checks Hypothesis
+    prints after each step are left out; the last step, where the
+    implementation (or the tier) and the model disagree, is marked.  Each
+    error message is cut to ``width`` characters.  With ``effects`` (per
+    step after the initialize rule, whether it changed the model's tables,
+    the tier or the backend calls), steps that changed nothing are left out (the last step is always kept).
+    """
+
+    def short(text: str) -> str:
+        for key in pool:
+            text = text.replace(repr(key), short_name(key, pool)).replace(key.hex(), short_name(key, pool))
+        return text
+
+    out: list[str] = []
+    for leaf in _leaves(exc):
+        message = short(f"{leaf}".strip().splitlines()[0] if str(leaf).strip() else type(leaf).__name__)
+        if len(message) > width:
+            message = message[: width - 3] + "..."
+        out.append(f"  {type(leaf).__name__}: {message}")
+    # The steps come through the reporter or, in recent Hypothesis, as notes on the error.
+    notes = [note for leaf in _leaves(exc) for note in getattr(leaf, "__notes__", [])]
+    texts = [line for text in (*lines, *notes) for line in str(text).splitlines()]
+    steps: list[str] = []
+    continued = False  # Hypothesis wraps a long step over several lines: join them
+    for line in texts:
+        text = line.strip()
+        if text.startswith("state."):
+            steps.append(short(text.removeprefix("state.")))
+            continued = not text.endswith(")")
+        elif continued and steps and text:
+            joiner = "" if steps[-1].endswith(("(", "[", "{")) else " "
+            steps[-1] += joiner + short(text)
+            continued = not text.endswith(")") or text.count("(") < text.count(")") - 1
+    steps = [line for line in steps if f"state.{line}" not in _NOT_STEPS]
+    keys = ", ".join(f"{short_name(k, pool)} = {k.hex()}" for k in pool)
+    numbered = list(enumerate(steps, 1))
+    if effects is not None:
+        # effects[0] is the first step after the initialize rule (step 1, always shown).
+        numbered = [(n, step) for n, step in numbered if n in (1, len(steps)) or effects[n - 2 : n - 1] != [False]]
+    idle = len(steps) - len(numbered)
+    left_out = f"; {idle} steps that changed nothing left out" if idle else ""
+    out.append(f"The run ({len(steps)} steps{left_out}; keys {keys}):")
+    for number, step in numbered:
+        marker = "   <- fails here" if number == len(steps) else ""
+        out.append(f"  {number:>2}. {step}{marker}")
+    return "\n".join(out)

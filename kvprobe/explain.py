@@ -1,0 +1,378 @@
+"""TLC's counterexample in plain words: one line per step, then what went wrong.
+
+``kvprobe check`` prints this after TLC's own trace (``--raw`` leaves it out).
+TLC names the action of each step but not its arguments, so each action's
+line is worked out from what the step changed (the request whose waiters
+grew is the one that looked up, the outcome that left the result queue is
+the one drained, ...).
+
+Theory of operation: everything that depends on the model's variables and
+actions lives in three tables, so a change of ``tla/KVProbe.tla`` is a table
+edit, and anything the tables do not know is shown plainly, never an error:
+
+* :data:`VARIABLES`: variable -> how to show its value (or None: a
+  bookkeeping or history variable the reader does not need per step);
+* :data:`ACTIONS`: action -> a function of (state before, state after) that
+  says what happened with its arguments; an unknown action, or one whose
+  function cannot read the states, is shown as its name and the variables
+  it changed;
+* :data:`VIOLATIONS`: property -> a function of the last states that says
+  what went wrong in words; an unknown property gets a generic sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kvprobe.tlc import Step, TlaValue, parse_value
+
+__all__ = ["ACTIONS", "VARIABLES", "VIOLATIONS", "explain"]
+
+#: A parsed TLC state: variable -> value (any shape: the model may change).
+State = Mapping[str, Any]
+
+
+# --- how values read ---------------------------------------------------------
+
+
+def _name(value: Any) -> str:
+    """A model value, string, number or tuple as a reader writes it."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_name(v) for v in value) + ")"
+    if isinstance(value, frozenset):
+        return "{" + ", ".join(sorted(_name(v) for v in value)) + "}" if value else "nobody"
+    if isinstance(value, dict):
+        return ", ".join(f"{_name(k)}: {_name(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+    return str(value)
+
+
+def _per_key(value: Any) -> str:
+    """A function of keys (or requests), shown as ``k1: v`` pairs."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_name(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+    return _name(value)
+
+
+def _group(group: Any) -> str:
+    """``group of r1 [k1 gen 1]``."""
+    if not isinstance(group, dict):
+        return _name(group)
+    probes = sorted(group.get("probes", ()), key=str)
+    listed = ", ".join(f"{k} gen {g}" for k, g in probes)
+    return f"group of {group.get('req')} [{listed}]"
+
+
+def _groups(value: Any) -> str:
+    if isinstance(value, frozenset | tuple | list):
+        return "; ".join(_group(g) for g in value) or "none"
+    return _name(value)
+
+
+def _queue(value: Any) -> str:
+    """The submission queue: a sequence of batches (sets of groups)."""
+    if isinstance(value, tuple):
+        return " | ".join(f"batch {i}: {_groups(b)}" for i, b in enumerate(value, 1)) or "empty"
+    return _name(value)
+
+
+def _outcome(outcome: Any) -> str:
+    if not isinstance(outcome, dict):
+        return _name(outcome)
+    kind = outcome.get("kind")
+    late = " (late)" if outcome.get("late") else ""
+    if kind == "ok":
+        answers = outcome.get("ans", {})
+        said = ", ".join(f"{k} = {v} (generation {g})" for (k, g), v in sorted(answers.items(), key=str))
+        return f"{_group(outcome.get('grp'))} answers {said}{late}"
+    return f"{_group(outcome.get('grp'))}: {kind}{late}"
+
+
+def _results(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "; ".join(_outcome(o) for o in value) or "empty"
+    return _name(value)
+
+
+def _batch(value: Any) -> str:
+    if isinstance(value, frozenset):
+        return ", ".join(f"{k} gen {g} for {r}" for k, g, r in sorted(value, key=str)) or "empty"
+    return _name(value)
+
+
+#: Variable -> (label, how to show the value), or None to leave it out of the steps.
+VARIABLES: dict[str, tuple[str, Callable[[TlaValue], str]] | None] = {
+    "phase": ("phase", _per_key),
+    "gen": ("generation", _per_key),
+    "waiters": ("waiting", _per_key),
+    "verdict": ("verdict", _per_key),
+    "requests": ("requests", _per_key),
+    "batch": ("step batch", _batch),
+    "subq": ("submitted", _queue),
+    "taken": ("with the worker", _groups),
+    "timedOut": ("timed out", _groups),
+    "resq": ("results", _results),
+    "down": ("shut down", _name),
+    # Bookkeeping and history: the last line uses them; per step they are noise.
+    "nextGen": None,
+    "forced": None,
+    "applied": None,
+    "sent": None,
+    "sentDead": None,
+    "moot": None,
+}
+
+
+# --- what each action did ----------------------------------------------------
+
+
+def _changed_keys(before: State, after: State, var: str) -> list[str]:
+    old, new = before.get(var, {}), after.get(var, {})
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return []
+    return sorted(str(k) for k in new if old.get(k) != new.get(k))
+
+
+def _lookup(before: State, after: State) -> str:
+    parts = []
+    for key in _changed_keys(before, after, "waiters"):
+        joined = set(after["waiters"][key]) - set(before["waiters"][key])
+        for req in sorted(joined, key=str):
+            new = after["gen"][key] != before["gen"][key]
+            how = f"new probe, generation {after['gen'][key]}" if new else f"joins the {after['phase'][key]} probe"
+            parts.append(f"{req} asks for {key} ({how})")
+    return "; ".join(parts) or "a lookup answered from a resolved probe"
+
+
+def _flush(before: State, after: State) -> str:
+    old, new = before["subq"], after["subq"]
+    if isinstance(old, tuple) and isinstance(new, tuple) and len(new) > len(old):
+        return f"submits {_groups(new[-1])}"
+    return "nothing to submit"
+
+
+def _take(before: State, after: State) -> str:
+    got = set(after["taken"]) - set(before["taken"])
+    return f"the worker takes {_groups(tuple(sorted(got, key=str)))}"
+
+
+def _published(before: State, after: State) -> str:
+    old, new = before["resq"], after["resq"]
+    if isinstance(old, tuple) and isinstance(new, tuple) and len(new) > len(old):
+        return _outcome(new[-1])
+    return "publishes nothing"
+
+
+def _drain(before: State, after: State) -> str:
+    head = before["resq"][0]
+    effects = []
+    for key in _changed_keys(before, after, "phase") + _changed_keys(before, after, "verdict"):
+        line = f"{key} -> {after['phase'][key]}"
+        if after["verdict"][key] != "none":
+            line += f" {after['verdict'][key]} (state generation {after['gen'][key]})"
+        if line not in effects:
+            effects.append(line)
+    return f"{_outcome(head)}; " + (", ".join(effects) if effects else "nothing applied")
+
+
+def _cleanup(before: State, after: State) -> str:
+    done = _changed_keys(before, after, "requests")
+    return (", ".join(f"{r} finished" for r in done) or "a request with nothing held finished") + _phases(before, after)
+
+
+def _mark_miss(before: State, after: State) -> str:
+    keys = sorted(set(_changed_keys(before, after, "phase")) | set(_changed_keys(before, after, "forced")))
+    return "forced MISS on " + (", ".join(keys) or "a key with no state") + _phases(before, after)
+
+
+def _phases(before: State, after: State) -> str:
+    moved = [f"{k} {before['phase'][k]} -> {after['phase'][k]}" for k in _changed_keys(before, after, "phase")]
+    return f" ({', '.join(moved)})" if moved else ""
+
+
+#: Action -> what it did, from the state before and after.
+ACTIONS: dict[str, Callable[[State, State], str]] = {
+    "Lookup": _lookup,
+    "Flush": _flush,
+    "Drain": _drain,
+    "Cleanup": _cleanup,
+    "MarkMiss": _mark_miss,
+    "Shutdown": lambda b, a: "the manager shuts down; every state is reclaimed",
+    "TakeBatch": _take,
+    "CompleteGroup": _published,
+    "FailGroup": _published,
+    "TimeOut": _published,
+    "Terminated": lambda b, a: "nothing more happens after shutdown",
+}
+
+
+# --- what went wrong ---------------------------------------------------------
+
+
+def _stale(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, gens in sorted(last.get("applied", {}).items(), key=str):
+        wrong = [g for g in gens if g != last["gen"][key]]
+        if wrong:
+            return (
+                f"the generation-{wrong[0]} result was applied to generation {last['gen'][key]} of {key}: "
+                "an answer to an earlier probe was taken for the current one"
+            )
+    return "a result was applied to a state of another generation"
+
+
+def _enqueue_once(states: Sequence[State]) -> str:
+    last = states[-1]
+    sent = last.get("sent")
+    if isinstance(sent, tuple):
+        twice = [i for i, n in enumerate(sent, 1) if isinstance(n, int) and n > 1]
+        if twice:
+            return f"generation {twice[0]} was submitted to the backend {sent[twice[0] - 1]} times"
+    if last.get("sentDead"):
+        return (
+            f"generation(s) {_name(last['sentDead'])} were submitted although their state was no longer "
+            "PENDING (a request that finished before the flush was still probed)"
+        )
+    return "one generation got more than one applied result"
+
+
+def _forced(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, forced in sorted(last.get("forced", {}).items(), key=str):
+        if forced and last["verdict"][key] != "miss":
+            return f"after MarkMiss on {key} its verdict became {last['verdict'][key]}: the forced miss did not stick"
+    return "a forced miss was overridden"
+
+
+def _verdict_iff(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, verdict in sorted(last.get("verdict", {}).items(), key=str):
+        phase = last["phase"][key]
+        if (verdict != "none") != (phase == "RESOLVED"):
+            return f"{key} is {phase} with verdict {verdict}: a verdict must be set exactly when RESOLVED"
+    return "a verdict was set on a state that is not RESOLVED, or missing on one that is"
+
+
+def _leak(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, phase in sorted(last.get("phase", {}).items(), key=str):
+        if phase in ("PENDING", "RESOLVED") and not last["waiters"][key]:
+            return f"{key} is {phase} with no request waiting on it: nobody will ever reclaim it"
+        if phase == "IN_FLIGHT":
+            return f"{key} is IN_FLIGHT but no open group will answer it: it stays in flight forever"
+    return "a probe is held that nothing will ever answer or reclaim"
+
+
+def _never_reclaimed(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, phase in sorted(last.get("phase", {}).items(), key=str):
+        if phase in ("PENDING", "IN_FLIGHT"):
+            return f"{key} stays {phase} forever: it is never resolved or reclaimed"
+    return "the behaviour goes on forever without the table emptying, though no request waits any more"
+
+
+#: Property -> what went wrong, from the states of the counterexample.
+VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
+    "StaleGenerationDropped": _stale,
+    "EnqueueOnce": _enqueue_once,
+    "ForcedMissSticks": _forced,
+    "VerdictIffResolved": _verdict_iff,
+    "NothingLeaks": _leak,
+    "NoDuplicateProbe": lambda s: (
+        "a second probe for a key was submitted while the first was still pending or in flight"
+    ),
+    "ReverseIndexConsistent": lambda s: "the reverse index and a state's waiters disagree about which request waits",
+    "TypeOK": lambda s: "a variable took a value outside its type",
+    "AfterShutdownEmpty": lambda s: "a state is still held after shutdown",
+    "EventuallyReclaimed": lambda s: _never_reclaimed(s),
+    "deadlock": lambda s: "no action can happen any more, yet the manager was not shut down",
+}
+
+
+# --- putting it together -----------------------------------------------------
+
+
+def _parsed(step: Step) -> dict[str, TlaValue]:
+    out: dict[str, TlaValue] = {}
+    for name, text in step.values.items():
+        try:
+            out[name] = parse_value(text)
+        except (ValueError, IndexError, KeyError):
+            out[name] = text  # shown as TLC printed it
+    return out
+
+
+def _show(name: str, value: TlaValue) -> str:
+    shown = VARIABLES.get(name, (name, _name))
+    assert shown is not None
+    label, how = shown
+    try:
+        return f"{label}: {how(value)}"
+    except (TypeError, KeyError, IndexError, AttributeError, ValueError):
+        return f"{label}: {value}"
+
+
+def _action_line(action: str, before: State, after: State) -> str:
+    name = action.split()[0] if action else action
+    describe = ACTIONS.get(name)
+    if describe is not None:
+        try:
+            return f"{name}: {describe(before, after)}"
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError):
+            pass  # the model changed under the table: fall back to the plain form
+    changed = sorted(k for k in after if before.get(k) != after.get(k))
+    return f"{action} (changed: {', '.join(changed) or 'nothing'})"
+
+
+def explain(steps: Sequence[Step], violated: str | None) -> str:
+    """The counterexample ``steps`` as plain lines, ending with what went wrong.
+
+    ``violated`` is the property TLC reported (an invariant name,
+    ``EventuallyReclaimed``, ``"deadlock"``), or None if unknown.  Never
+    raises for a step, variable or property it does not know: those are
+    shown plainly.
+    """
+    lines = ["In plain words:"]
+    states: list[dict[str, TlaValue]] = []
+    before: dict[str, TlaValue] = {}
+    for step in steps:
+        if not step.values:  # the end of a lasso
+            if step.action.startswith("Stuttering"):
+                lines.append("  then: nothing happens any more, forever (stuttering)")
+            else:
+                lines.append(f"  then: {step.action}: the steps from there repeat forever")
+            continue
+        after = _parsed(step)
+        states.append(after)
+        if not before:
+            lines.append(f"  [{step.number}] {step.action}: the start")
+            shown = [n for n in after if VARIABLES.get(n, ()) is not None and _interesting(after[n])]
+        else:
+            lines.append(f"  [{step.number}] {_action_line(step.action, before, after)}")
+            shown = [n for n in after if before.get(n) != after[n] and VARIABLES.get(n, ()) is not None]
+        for name in sorted(shown, key=_order):
+            lines.append(f"        {_show(name, after[name])}")
+        before = after
+    if violated is not None and states:
+        sentence = VIOLATIONS.get(violated)
+        try:
+            said = sentence(states) if sentence is not None else f"the property {violated} does not hold"
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError):
+            said = f"the property {violated} does not hold"
+        lines.append(f"What went wrong ({violated}): {said}.")
+    return "\n".join(lines)
+
+
+def _order(name: str) -> tuple[int, str]:
+    """Variables in the order of :data:`VARIABLES`; unknown ones after, by name."""
+    known = list(VARIABLES)
+    return (known.index(name), "") if name in known else (len(known), name)
+
+
+def _interesting(value: TlaValue) -> bool:
+    """Worth showing in the first state: not empty, not all-blank per key."""
+    if isinstance(value, dict):
+        return any(v not in ("ABSENT", "none", 0, frozenset(), ()) for v in value.values())
+    return value not in (frozenset(), (), False, 0)

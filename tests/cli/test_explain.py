@@ -1,0 +1,85 @@
+"""The plain-words account of a TLC counterexample (kvprobe.explain).
+
+The golden files hold TLC's counterexample for the mutant stale-result-applied
+on tla/default.cfg (recorded from today's model) and its expected account;
+if the model's variables or actions change, regenerate both (see
+tests/cli/data/README.md) after checking that the new account reads right.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvprobe.explain import explain
+from kvprobe.tlc import Step
+
+DATA = Path(__file__).parent / "data"
+
+
+def _steps() -> list[Step]:
+    return [Step(**raw) for raw in json.loads((DATA / "stale-result-applied.trace.json").read_text())]
+
+
+def test_golden_stale_result_applied() -> None:
+    got = explain(_steps(), "StaleGenerationDropped")
+    assert got + "\n" == (DATA / "stale-result-applied.explained.txt").read_text()
+
+
+def test_the_account_names_actions_with_arguments_and_the_cause() -> None:
+    lines = explain(_steps(), "StaleGenerationDropped").splitlines()
+    assert "  [2] Lookup: r1 asks for k1 (new probe, generation 1)" in lines
+    drain = next(line for line in lines if line.startswith("  [10] Drain:"))
+    assert "answers k1 = hit (generation 1)" in drain and "(state generation 2)" in drain
+    assert lines[-1].startswith("What went wrong (StaleGenerationDropped): the generation-1 result was applied to ")
+    assert "generation 2 of k1" in lines[-1]
+    # History and bookkeeping variables are left out of the steps.
+    assert not any(line.strip().startswith(("applied", "sent", "moot", "nextGen")) for line in lines)
+
+
+def test_unknown_variables_actions_and_properties_are_shown_plainly() -> None:
+    steps = [
+        Step(1, "Init", {"phase": '(k1 :> "ABSENT")', "shiny": "0"}),
+        Step(2, "Teleport", {"phase": '(k1 :> "PENDING")', "shiny": "1"}),
+        # A known action whose variables are gone from the model: the plain form, no crash.
+        Step(3, "Drain", {"phase": '(k1 :> "PENDING")', "shiny": "<<garbled"}),
+        Step(4, "Back to state 2", {}),
+    ]
+    text = explain(steps, "NoSuchInvariant")
+    assert "[2] Teleport (changed: phase, shiny)" in text
+    assert "shiny: 1" in text
+    assert "[3] Drain (changed: shiny)" in text and "shiny: <<garbled" in text
+    assert "then: Back to state 2: the steps from there repeat forever" in text
+    assert text.splitlines()[-1] == "What went wrong (NoSuchInvariant): the property NoSuchInvariant does not hold."
+
+
+def _java() -> bool:
+    return shutil.which("java") is not None
+
+
+@pytest.mark.skipif(not _java(), reason="TLC needs Java")
+def test_check_prints_the_account_after_tlc_and_raw_leaves_it_out(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "kvprobe.cli", "check", "--mutant", "double-result"]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 10, plain.stderr
+    assert plain.stdout.index("Counterexample (") < plain.stdout.index("In plain words:")
+    assert "What went wrong (ForcedMissSticks): after MarkMiss on k1 its verdict became hit" in plain.stdout
+    raw = subprocess.run([*cmd, "--raw"], capture_output=True, text=True, timeout=300)
+    assert raw.returncode == 10
+    assert "In plain words" not in raw.stdout and "Counterexample (" in raw.stdout
+
+
+def test_a_liveness_lasso_says_which_probe_is_never_reclaimed() -> None:
+    # The first three states of the recorded trace end with k1 IN_FLIGHT; a lasso stutters there.
+    lasso = [*_steps()[:3], Step(4, "Stuttering", {})]
+    lines = explain(lasso, "EventuallyReclaimed").splitlines()
+    assert "  then: nothing happens any more, forever (stuttering)" in lines
+    assert (
+        lines[-1]
+        == "What went wrong (EventuallyReclaimed): k1 stays IN_FLIGHT forever: it is never resolved or reclaimed."
+    )
