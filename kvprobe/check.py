@@ -22,7 +22,17 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvprobe.tlc import CheckerMissing, Message, Step, TlcResult, read_trace, run_tlc, tla_dir, trace_to_tla
+from kvprobe.tlc import (
+    CheckerMissing,
+    Message,
+    Step,
+    TlcResult,
+    coverage_line,
+    read_trace,
+    run_tlc,
+    tla_dir,
+    trace_to_tla,
+)
 
 __all__ = [
     "EXIT_CHECKER_MISSING",
@@ -244,6 +254,7 @@ def _summary(result: TlcResult) -> str:
 def _report(result: TlcResult, label: str, properties: list[str]) -> None:
     if result.outcome == "ok":
         print(f"kvprobe check {label}: OK, no violation: {_summary(result)}")
+        print(coverage_line(result))
         return
     if result.outcome == "error":
         print(f"kvprobe check {label}: TLC could not check the model (exit {result.exit_code}):", file=sys.stderr)

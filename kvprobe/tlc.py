@@ -36,6 +36,7 @@ __all__ = [
     "ModelValue",
     "Step",
     "TlcResult",
+    "coverage_line",
     "find_jar",
     "find_java",
     "parse_messages",
@@ -67,6 +68,8 @@ MSG_DEPTH = 2194
 MSG_SUCCESS = 2193
 MSG_BACK_TO_STATE = 2122
 MSG_STUTTER = 2218
+MSG_COVERAGE_ACTION = 2772  # "<Name line ...>: distinct:generated" (with -coverage)
+MSG_COVERAGE_INIT = 2773
 CLASS_ERROR = 1
 
 
@@ -118,6 +121,9 @@ class TlcResult:
     trace: list[Step] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    #: action name -> (distinct states it found, states it generated), from
+    #: TLC's coverage report at the end of a run (empty if TLC printed none).
+    coverage: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def tla_dir() -> Path:
@@ -244,6 +250,7 @@ def parse_steps(messages: Iterable[Message]) -> list[Step]:
     return steps
 
 
+_COVERAGE = re.compile(r"^<(\w+)[^>]*>: (\d+):(\d+)$")
 _STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
 _NAME = re.compile(r"(?:Invariant|Action property) (\w+) is violated")
 
@@ -261,6 +268,7 @@ def run_tlc(
     extra_files: Mapping[str, str] | None = None,
     on_message: Callable[[Message], None] | None = None,
     workdir: Path | None = None,
+    coverage: bool = True,
 ) -> TlcResult:
     """Run TLC on ``spec`` (a root module) with ``config`` and read the result.
 
@@ -269,7 +277,8 @@ def run_tlc(
     and Java's temp dir, so runs never write into the source tree and
     concurrent runs do not share files.  Deadlock checking stays on (TLC
     2.15's ``-deadlock`` flag would turn it off).  ``on_message`` sees each
-    message as TLC prints it (for progress display).
+    message as TLC prints it (for progress display).  With ``coverage``
+    TLC reports how often each action fired (``TlcResult.coverage``).
 
     Raises:
         CheckerMissing: no java, or no (or a tampered) jar.
@@ -299,6 +308,8 @@ def run_tlc(
             str(folder / "states"),
             "-config",
             "run.cfg",
+            # An interval longer than any run: the report comes once, at the end.
+            *(["-coverage", "10000"] if coverage else []),
             *extra_args,
             spec.name,
         ]
@@ -335,6 +346,12 @@ def _read_result(messages: list[Message], exit_code: int, seconds: float) -> Tlc
             stats = _STATS.search(msg.text)
             if stats:
                 result.generated, result.distinct = _int(stats.group(1)), _int(stats.group(2))
+        elif msg.code in (MSG_COVERAGE_ACTION, MSG_COVERAGE_INIT):
+            found = _COVERAGE.match(msg.text.strip())
+            if found:
+                name, distinct, generated = found.group(1), int(found.group(2)), int(found.group(3))
+                before = result.coverage.get(name, (0, 0))
+                result.coverage[name] = (before[0] + distinct, before[1] + generated)
         elif msg.code == MSG_DEPTH:
             depth = re.search(r"(\d+)", msg.text)
             result.depth = int(depth.group(1)) if depth else None
@@ -352,6 +369,20 @@ def _read_result(messages: list[Message], exit_code: int, seconds: float) -> Tlc
             result.errors.append(f"TLC exited with status {exit_code}")
     result.trace = parse_steps(messages)
     return result
+
+
+def coverage_line(result: TlcResult) -> str:
+    """One line saying which actions fired and how often (states generated), and which never did.
+
+    ``"coverage: no action statistics"`` when TLC printed no coverage report
+    (a run stopped by a violation or an error).
+    """
+    if not result.coverage:
+        return "coverage: no action statistics"
+    fired = [(name, gen) for name, (_, gen) in result.coverage.items() if name != "Init" and gen > 0]
+    never = sorted(name for name, (_, gen) in result.coverage.items() if name != "Init" and gen == 0)
+    text = "coverage: " + ", ".join(f"{name} {gen}" for name, gen in sorted(fired, key=lambda item: -item[1]))
+    return text + (f"; never fired: {', '.join(never)}" if never else "; every action fired")
 
 
 # --- recorded traces as TLA+ modules ----------------------------------------
@@ -421,7 +452,7 @@ def _tla_event(event: Mapping[str, object]) -> str:
             kind = "ok"
             answers = [_tla_verdict(bool(v)) for v in verdicts]
         else:
-            kind = "timeout" if failure == "timeout" else "fail"
+            kind = str(failure) if failure in ("timeout", "saturated") else "fail"
             answers = ['"miss"'] * len(keys)
         fields["kind"] = _tla_string(kind)
         pairs = [f"<<{k}, {g}>> :> {a}" for k, g, a in zip(keys, gens, answers, strict=True)]
@@ -481,6 +512,8 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
         "    Keys <- TraceKeys\n"
         "    Reqs <- TraceReqs\n"
         "    MaxGen <- TraceMaxGen\n"
+        f"    MaxStuck = {len(events) + 1}\n"
+        "    MaxDeaths = 0\n"
         '    Mutant = "none"\n'
         "    Log <- TraceLog\n"
         "INIT TraceInit\n"

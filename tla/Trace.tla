@@ -53,12 +53,14 @@ Matches(e) ==
             IN IF live = {} THEN Same ELSE MarkMiss(live)
       [] e.action = "Shutdown" -> Shutdown
 
+\* Worker steps (the worker does not die in a recorded trace: a worker
+\* death is not matched yet).
 TraceNext ==
     \/ /\ i <= Len(Log)
        /\ Matches(Log[i])
        /\ Size(phase') = Log[i].size
        /\ i' = i + 1
-    \/ WorkerNext /\ UNCHANGED i
+    \/ WorkerSteps /\ UNCHANGED i
 
 TraceUnfinished == i <= Len(Log)
 
