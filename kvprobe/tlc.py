@@ -431,16 +431,7 @@ def _tla_event(event: Mapping[str, object]) -> str:
         phase = event.get("phase")
         fields["phase"] = _tla_string("ABSENT" if phase is None else str(phase))
     elif action == "Flush":
-        groups = event.get("groups") or []
-        if not isinstance(groups, list):
-            raise ValueError(f"event {event.get('seq')}: groups must be a list")
-        rendered = []
-        for group in groups:
-            keys = [_tla_string(str(k)) for k in group["keys"]]
-            gens = [str(int(g)) for g in group["gens"]]
-            probes = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
-            rendered.append(f"[req |-> {_tla_string(str(group['req']))}, probes |-> {probes}]")
-        fields["groups"] = "{" + ", ".join(rendered) + "}"
+        fields["groups"] = _tla_groups(event.get("groups") or [], event.get("seq"))
     elif action == "Drain":
         keys, gens = strings("keys"), ints("gens")
         fields["probes"] = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
@@ -464,7 +455,37 @@ def _tla_event(event: Mapping[str, object]) -> str:
         fields["keys"] = "{" + ", ".join(strings("keys")) + "}"
     elif action != "Shutdown":
         raise ValueError(f"event {event.get('seq')}: unknown action {action!r}")
+    fields["after"] = _tla_after(event)
+    fields["open"] = _tla_groups(event.get("open"), event.get("seq"))
     return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields.items()) + "]"
+
+
+def _tla_groups(groups: object, seq: object) -> str:
+    if not isinstance(groups, list):
+        raise ValueError(f"event {seq}: groups must be a list")
+    rendered = []
+    for group in groups:
+        keys = [_tla_string(str(k)) for k in group["keys"]]
+        gens = [str(int(g)) for g in group["gens"]]
+        probes = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
+        rendered.append(f"[req |-> {_tla_string(str(group['req']))}, probes |-> {probes}]")
+    return "{" + ", ".join(rendered) + "}"
+
+
+def _tla_after(event: Mapping[str, object]) -> str:
+    """The states of the keys an event touched, as a TLA+ function key -> record."""
+    after = event.get("after")
+    if not isinstance(after, list):
+        raise ValueError(f"event {event.get('seq')}: after (the touched keys' states) must be a list")
+    pairs = []
+    for item in after:
+        waiters = "{" + ", ".join(_tla_string(str(r)) for r in item["waiters"]) + "}"
+        record = (
+            f"[phase |-> {_tla_string(str(item['phase']))}, gen |-> {int(item['gen'])}, "
+            f"verdict |-> {_tla_verdict(item['verdict'])}, waiters |-> {waiters}]"
+        )
+        pairs.append(f"{_tla_string(str(item['key']))} :> {record}")
+    return "(" + " @@ ".join(pairs) + ")" if pairs else "<<>>"
 
 
 def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun") -> tuple[str, str]:

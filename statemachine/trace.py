@@ -16,9 +16,15 @@ Tracing costs nothing when off: the manager then uses a plain
 ``Shutdown``   (none)
 =============  ===============================================================
 
-Every event also has ``seq`` (0, 1, ...) and ``size`` (states held after the
-action).  Worker actions are not recorded: they are implied by the outcomes
-the scheduler drains.  :class:`NdjsonTrace` writes events one JSON object per
+Every event also has ``seq`` (0, 1, ...), ``size`` (states held after the
+action), ``after`` (for each key the action touched, its state afterwards:
+``{key, phase, gen, verdict, waiters}``, phase ``ABSENT`` and gen 0 when no
+state is held) and ``open`` (the groups submitted and not answered yet, as
+``{req, keys, gens}``), so that the trace spec can pin the model's state
+down after every event: a core that applies an outcome it should drop, or
+keeps a state it should reclaim, records a trace no behaviour of the model
+matches.  Worker actions are not recorded: they are implied by the
+outcomes the scheduler drains.  :class:`NdjsonTrace` writes events one JSON object per
 line.
 """
 
@@ -48,16 +54,40 @@ class TracingCore(LookupCore):
         self._sink = sink
         self._seq = 0
 
-    def _emit(self, action: str, **fields: object) -> None:
-        event: dict[str, object] = {"seq": self._seq, "action": action, **fields, "size": len(self.states)}
+    def _emit(self, action: str, touched: Iterable[Key] = (), **fields: object) -> None:
+        event: dict[str, object] = {
+            "seq": self._seq,
+            "action": action,
+            **fields,
+            "size": len(self.states),
+            "after": [self._snapshot(key) for key in dict.fromkeys(touched)],
+            "open": [
+                {"req": g.req_id, "keys": [k.hex() for k in g.keys], "gens": list(g.generations)}
+                for g in self.outstanding.values()
+            ],
+        }
         self._seq += 1
         self._sink(event)
+
+    def _snapshot(self, key: Key) -> dict[str, object]:
+        state = self.states.get(key)
+        if state is None:
+            return {"key": key.hex(), "phase": "ABSENT", "gen": 0, "verdict": None, "waiters": []}
+        phase = "ABSENT" if state.phase is None else state.phase.value
+        return {
+            "key": key.hex(),
+            "phase": phase,
+            "gen": state.generation,
+            "verdict": state.verdict,
+            "waiters": sorted(state.waiters),
+        }
 
     def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
         verdict = super().lookup(key, req_context)
         phase = self.phase(key)
         self._emit(
             "Lookup",
+            (key,),
             key=key.hex(),
             req=req_context.req_id,
             verdict=verdict,
@@ -66,6 +96,7 @@ class TracingCore(LookupCore):
         return verdict
 
     def flush(self) -> Batch | None:
+        touched = [state.key for state in self.step_batch]
         batch = super().flush()
         groups = (
             []
@@ -75,7 +106,7 @@ class TracingCore(LookupCore):
                 for g in batch.groups
             ]
         )
-        self._emit("Flush", groups=groups)
+        self._emit("Flush", touched, groups=groups)
         return batch
 
     def apply(self, outcome: GroupOutcome) -> None:
@@ -83,6 +114,7 @@ class TracingCore(LookupCore):
         group = outcome.group
         self._emit(
             "Drain",
+            group.keys,
             group=group.group_id,
             keys=[k.hex() for k in group.keys],
             gens=list(group.generations),
@@ -92,17 +124,20 @@ class TracingCore(LookupCore):
         )
 
     def cleanup(self, req_id: str) -> None:
+        request = self.requests.get(req_id)
+        touched = [] if request is None else [state.key for state in request.states]
         super().cleanup(req_id)
-        self._emit("Cleanup", req=req_id)
+        self._emit("Cleanup", touched, req=req_id)
 
     def mark_miss(self, keys: Iterable[Key]) -> None:
         keys = list(keys) if not isinstance(keys, (bytes, bytearray, memoryview, str)) else keys
         super().mark_miss(keys)
-        self._emit("MarkMiss", keys=[k.hex() for k in keys])
+        self._emit("MarkMiss", keys, keys=[k.hex() for k in keys])
 
     def shutdown(self) -> None:
+        touched = list(self.states)
         super().shutdown()
-        self._emit("Shutdown")
+        self._emit("Shutdown", touched)
 
 
 def tracing(core_class: type[LookupCore]) -> Callable[[TraceSink], LookupCore]:
