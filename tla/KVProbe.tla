@@ -542,7 +542,8 @@ BoundReached ==
     /\ \A k \in Keys : phase[k] = ABSENT
     /\ subq = <<>> /\ taken = {} /\ resq = <<>> /\ wstate = UP
     /\ UNCHANGED vars
-LiveNext == SchedulerSteps \/ WorkerSteps \/ BoundReached
+LiveSteps == SchedulerSteps \/ WorkerSteps
+LiveNext == LiveSteps \/ BoundReached
 
 -----------------------------------------------------------------------------
 (* Invariants (docs/properties.md) *)
