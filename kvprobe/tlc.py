@@ -36,6 +36,7 @@ __all__ = [
     "ModelValue",
     "Step",
     "TlcResult",
+    "config_directives",
     "coverage_line",
     "find_jar",
     "find_java",
@@ -63,6 +64,7 @@ MSG_DEADLOCK = 2114  # "Deadlock reached."
 MSG_TEMPORAL = 2116  # "Temporal properties were violated."
 MSG_STATE = 2217  # one state of a counterexample
 MSG_PROGRESS = 2200
+MSG_SIM_PROGRESS = 2209  # a simulation's progress: "N states generated, -1 distinct states found"
 MSG_STATS = 2199  # "N states generated, M distinct states found, Q states left on queue."
 MSG_DEPTH = 2194
 MSG_SUCCESS = 2193
@@ -251,6 +253,7 @@ def parse_steps(messages: Iterable[Message]) -> list[Step]:
 
 
 _COVERAGE = re.compile(r"^<(\w+)[^>]*>: (\d+):(\d+)$")
+_SIMULATED = re.compile(r"Progress\(-1\).*?([\d,]+) states generated, -1 distinct")
 _STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
 _NAME = re.compile(r"(?:Invariant|Action property) (\w+) is violated")
 
@@ -285,6 +288,7 @@ def run_tlc(
     """
     jar = find_jar()
     java = find_java()
+    tlc_args, java_props = config_directives(config.read_text())
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvprobe-tlc-", dir=workdir) as tmp:
         folder = Path(tmp)
@@ -298,6 +302,7 @@ def run_tlc(
             java,
             "-XX:+UseParallelGC",
             f"-Djava.io.tmpdir={folder / 'java-tmp'}",
+            *java_props,
             "-cp",
             str(jar),
             "tlc2.TLC",
@@ -310,6 +315,7 @@ def run_tlc(
             "run.cfg",
             # An interval longer than any run: the report comes once, at the end.
             *(["-coverage", "10000"] if coverage else []),
+            *tlc_args,
             *extra_args,
             spec.name,
         ]
@@ -330,6 +336,38 @@ def run_tlc(
     return _read_result(messages, exit_code, time.monotonic() - started)
 
 
+_DIRECTIVE = re.compile(r"^\\\* kvprobe: (tlc-args|stop-after) (.+)$", re.MULTILINE)
+_ALLOWED_TLC_ARGS = {"-simulate", "-depth", "-seed"}
+
+
+def config_directives(cfg_text: str) -> tuple[list[str], list[str]]:
+    """The TLC arguments and Java properties a config asks for in comment lines.
+
+    ``\\* kvprobe: tlc-args -simulate -depth 60 -seed 7`` adds those TLC
+    arguments (only ``-simulate``, ``-depth`` and ``-seed`` with numbers);
+    ``\\* kvprobe: stop-after 540`` stops TLC after that many seconds
+    (``-Dtlc2.TLC.stopAfter``, which TLC 2.15 honours; it ends a simulation,
+    which otherwise never stops).
+
+    Raises:
+        ValueError: a directive asks for anything else.
+    """
+    tlc_args: list[str] = []
+    java_props: list[str] = []
+    for kind, value in _DIRECTIVE.findall(cfg_text):
+        words = value.split()
+        if kind == "stop-after":
+            if len(words) != 1 or not words[0].isdigit():
+                raise ValueError(f"stop-after needs a number of seconds, got {value!r}")
+            java_props.append(f"-Dtlc2.TLC.stopAfter={int(words[0])}")
+            continue
+        for word in words:
+            if word not in _ALLOWED_TLC_ARGS and not word.isdigit():
+                raise ValueError(f"tlc-args may hold only {sorted(_ALLOWED_TLC_ARGS)} and numbers, got {word!r}")
+        tlc_args += words
+    return tlc_args, java_props
+
+
 def _read_result(messages: list[Message], exit_code: int, seconds: float) -> TlcResult:
     result = TlcResult("ok" if exit_code == 0 else "error", exit_code, seconds=seconds, messages=messages)
     for msg in messages:
@@ -342,10 +380,13 @@ def _read_result(messages: list[Message], exit_code: int, seconds: float) -> Tlc
         elif msg.code == MSG_DEADLOCK:
             result.outcome = "deadlock"
             result.property = "deadlock"
-        elif msg.code in (MSG_STATS, MSG_PROGRESS):
+        elif msg.code in (MSG_STATS, MSG_PROGRESS, MSG_SIM_PROGRESS):
             stats = _STATS.search(msg.text)
             if stats:
                 result.generated, result.distinct = _int(stats.group(1)), _int(stats.group(2))
+            simulated = _SIMULATED.search(msg.text)  # a simulation: no distinct count
+            if simulated:
+                result.generated, result.distinct = _int(simulated.group(1)), None
         elif msg.code in (MSG_COVERAGE_ACTION, MSG_COVERAGE_INIT):
             found = _COVERAGE.match(msg.text.strip())
             if found:

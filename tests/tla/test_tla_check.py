@@ -21,7 +21,7 @@ from kvprobe.check import (
     MUTANTS,
     main,
 )
-from kvprobe.tlc import parse_value, run_tlc, tla_dir
+from kvprobe.tlc import config_directives, parse_value, run_tlc, tla_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -252,3 +252,23 @@ def test_reachability_witnesses_exist(capsys: pytest.CaptureFixture[str]) -> Non
     reached = re.findall(r"^reached: (\w+) is violated", out, re.MULTILINE)
     assert reached == check._properties((tla_dir() / "reach.cfg").read_text())
     assert len(reached) == 13
+
+
+def test_deep_config_is_a_bounded_simulation() -> None:
+    args, props = config_directives((tla_dir() / "deep.cfg").read_text())
+    assert args[0] == "-simulate" and "-depth" in args and "-seed" in args
+    assert props == ["-Dtlc2.TLC.stopAfter=540"]  # under 10 minutes
+    with pytest.raises(ValueError, match="tlc-args"):
+        config_directives("\\* kvprobe: tlc-args -deadlock\n")
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize(("mutant", "outcome"), [("none", "ok"), ("fail-resolves-hit", "invariant")])
+def test_deep_simulation_runs_and_catches_a_mutant(mutant: str, outcome: str, tmp_path: Path) -> None:
+    text = (tla_dir() / "deep.cfg").read_text().replace("stop-after 540", "stop-after 15")
+    cfg = tmp_path / "deep.cfg"
+    cfg.write_text(text.replace('Mutant = "none"', f'Mutant = "{mutant}"'))
+    result = run_tlc(tla_dir() / "MC.tla", cfg)
+    assert result.outcome == outcome, result.errors
+    if outcome == "ok":
+        assert result.generated is not None and result.generated > 1000
