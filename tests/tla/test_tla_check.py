@@ -196,6 +196,12 @@ def test_default_config_passes_and_reports_its_state_count(capsys: pytest.Captur
     summary = re.search(r"OK, no violation: (\d+) states generated, (\d+) distinct states", out)
     assert summary is not None, out
     assert int(summary.group(2)) > 100_000
+    # The coverage line: every action of Next fires on the default bounds.
+    coverage = re.search(r"^coverage: (.*)$", out, re.MULTILINE)
+    assert coverage is not None, out
+    for action in ("Lookup", "Flush", "Drain", "Revive", "MarkMiss", "Saturate", "LateAnswer", "Die"):
+        assert re.search(rf"\b{action} \d+", coverage.group(1)), action
+    assert coverage.group(1).endswith("every action fired")
 
 
 @pytest.mark.tlc
