@@ -30,7 +30,17 @@ from pathlib import Path
 
 from kvprobe.explain import explain
 from kvprobe.progress import Progress
-from kvprobe.tlc import CheckerMissing, Message, Step, TlcResult, read_trace, run_tlc, tla_dir, trace_to_tla
+from kvprobe.tlc import (
+    CheckerMissing,
+    Message,
+    Step,
+    TlcResult,
+    coverage_line,
+    read_trace,
+    run_tlc,
+    tla_dir,
+    trace_to_tla,
+)
 
 __all__ = [
     "EXIT_CHECKER_MISSING",
@@ -289,6 +299,7 @@ def _summary(result: TlcResult) -> str:
 def _report(result: TlcResult, label: str, properties: list[str], raw: bool = False) -> None:
     if result.outcome == "ok":
         print(f"kvprobe check {label}: OK, no violation: {_summary(result)}")
+        print(coverage_line(result))
         return
     if result.outcome == "error":
         print(f"kvprobe check {label}: TLC could not check the model (exit {result.exit_code}):", file=sys.stderr)

@@ -36,6 +36,8 @@ __all__ = [
     "ModelValue",
     "Step",
     "TlcResult",
+    "config_directives",
+    "coverage_line",
     "find_jar",
     "find_java",
     "parse_messages",
@@ -62,11 +64,14 @@ MSG_DEADLOCK = 2114  # "Deadlock reached."
 MSG_TEMPORAL = 2116  # "Temporal properties were violated."
 MSG_STATE = 2217  # one state of a counterexample
 MSG_PROGRESS = 2200
+MSG_SIM_PROGRESS = 2209  # a simulation's progress: "N states generated, -1 distinct states found"
 MSG_STATS = 2199  # "N states generated, M distinct states found, Q states left on queue."
 MSG_DEPTH = 2194
 MSG_SUCCESS = 2193
 MSG_BACK_TO_STATE = 2122
 MSG_STUTTER = 2218
+MSG_COVERAGE_ACTION = 2772  # "<Name line ...>: distinct:generated" (with -coverage)
+MSG_COVERAGE_INIT = 2773
 CLASS_ERROR = 1
 
 
@@ -118,6 +123,9 @@ class TlcResult:
     trace: list[Step] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    #: action name -> (distinct states it found, states it generated), from
+    #: TLC's coverage report at the end of a run (empty if TLC printed none).
+    coverage: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def tla_dir() -> Path:
@@ -244,6 +252,8 @@ def parse_steps(messages: Iterable[Message]) -> list[Step]:
     return steps
 
 
+_COVERAGE = re.compile(r"^<(\w+)[^>]*>: (\d+):(\d+)$")
+_SIMULATED = re.compile(r"Progress\(-1\).*?([\d,]+) states generated, -1 distinct")
 _STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
 _NAME = re.compile(r"(?:Invariant|Action property) (\w+) is violated")
 
@@ -261,6 +271,7 @@ def run_tlc(
     extra_files: Mapping[str, str] | None = None,
     on_message: Callable[[Message], None] | None = None,
     workdir: Path | None = None,
+    coverage: bool = True,
 ) -> TlcResult:
     """Run TLC on ``spec`` (a root module) with ``config`` and read the result.
 
@@ -269,13 +280,15 @@ def run_tlc(
     and Java's temp dir, so runs never write into the source tree and
     concurrent runs do not share files.  Deadlock checking stays on (TLC
     2.15's ``-deadlock`` flag would turn it off).  ``on_message`` sees each
-    message as TLC prints it (for progress display).
+    message as TLC prints it (for progress display).  With ``coverage``
+    TLC reports how often each action fired (``TlcResult.coverage``).
 
     Raises:
         CheckerMissing: no java, or no (or a tampered) jar.
     """
     jar = find_jar()
     java = find_java()
+    tlc_args, java_props = config_directives(config.read_text())
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvprobe-tlc-", dir=workdir) as tmp:
         folder = Path(tmp)
@@ -289,6 +302,7 @@ def run_tlc(
             java,
             "-XX:+UseParallelGC",
             f"-Djava.io.tmpdir={folder / 'java-tmp'}",
+            *java_props,
             "-cp",
             str(jar),
             "tlc2.TLC",
@@ -299,6 +313,9 @@ def run_tlc(
             str(folder / "states"),
             "-config",
             "run.cfg",
+            # An interval longer than any run: the report comes once, at the end.
+            *(["-coverage", "10000"] if coverage else []),
+            *tlc_args,
             *extra_args,
             spec.name,
         ]
@@ -319,6 +336,38 @@ def run_tlc(
     return _read_result(messages, exit_code, time.monotonic() - started)
 
 
+_DIRECTIVE = re.compile(r"^\\\* kvprobe: (tlc-args|stop-after) (.+)$", re.MULTILINE)
+_ALLOWED_TLC_ARGS = {"-simulate", "-depth", "-seed"}
+
+
+def config_directives(cfg_text: str) -> tuple[list[str], list[str]]:
+    """The TLC arguments and Java properties a config asks for in comment lines.
+
+    ``\\* kvprobe: tlc-args -simulate -depth 60 -seed 7`` adds those TLC
+    arguments (only ``-simulate``, ``-depth`` and ``-seed`` with numbers);
+    ``\\* kvprobe: stop-after 540`` stops TLC after that many seconds
+    (``-Dtlc2.TLC.stopAfter``, which TLC 2.15 honours; it ends a simulation,
+    which otherwise never stops).
+
+    Raises:
+        ValueError: a directive asks for anything else.
+    """
+    tlc_args: list[str] = []
+    java_props: list[str] = []
+    for kind, value in _DIRECTIVE.findall(cfg_text):
+        words = value.split()
+        if kind == "stop-after":
+            if len(words) != 1 or not words[0].isdigit():
+                raise ValueError(f"stop-after needs a number of seconds, got {value!r}")
+            java_props.append(f"-Dtlc2.TLC.stopAfter={int(words[0])}")
+            continue
+        for word in words:
+            if word not in _ALLOWED_TLC_ARGS and not word.isdigit():
+                raise ValueError(f"tlc-args may hold only {sorted(_ALLOWED_TLC_ARGS)} and numbers, got {word!r}")
+        tlc_args += words
+    return tlc_args, java_props
+
+
 def _read_result(messages: list[Message], exit_code: int, seconds: float) -> TlcResult:
     result = TlcResult("ok" if exit_code == 0 else "error", exit_code, seconds=seconds, messages=messages)
     for msg in messages:
@@ -331,10 +380,19 @@ def _read_result(messages: list[Message], exit_code: int, seconds: float) -> Tlc
         elif msg.code == MSG_DEADLOCK:
             result.outcome = "deadlock"
             result.property = "deadlock"
-        elif msg.code in (MSG_STATS, MSG_PROGRESS):
+        elif msg.code in (MSG_STATS, MSG_PROGRESS, MSG_SIM_PROGRESS):
             stats = _STATS.search(msg.text)
             if stats:
                 result.generated, result.distinct = _int(stats.group(1)), _int(stats.group(2))
+            simulated = _SIMULATED.search(msg.text)  # a simulation: no distinct count
+            if simulated:
+                result.generated, result.distinct = _int(simulated.group(1)), None
+        elif msg.code in (MSG_COVERAGE_ACTION, MSG_COVERAGE_INIT):
+            found = _COVERAGE.match(msg.text.strip())
+            if found:
+                name, distinct, generated = found.group(1), int(found.group(2)), int(found.group(3))
+                before = result.coverage.get(name, (0, 0))
+                result.coverage[name] = (before[0] + distinct, before[1] + generated)
         elif msg.code == MSG_DEPTH:
             depth = re.search(r"(\d+)", msg.text)
             result.depth = int(depth.group(1)) if depth else None
@@ -352,6 +410,20 @@ def _read_result(messages: list[Message], exit_code: int, seconds: float) -> Tlc
             result.errors.append(f"TLC exited with status {exit_code}")
     result.trace = parse_steps(messages)
     return result
+
+
+def coverage_line(result: TlcResult) -> str:
+    """One line saying which actions fired and how often (states generated), and which never did.
+
+    ``"coverage: no action statistics"`` when TLC printed no coverage report
+    (a run stopped by a violation or an error).
+    """
+    if not result.coverage:
+        return "coverage: no action statistics"
+    fired = [(name, gen) for name, (_, gen) in result.coverage.items() if name != "Init" and gen > 0]
+    never = sorted(name for name, (_, gen) in result.coverage.items() if name != "Init" and gen == 0)
+    text = "coverage: " + ", ".join(f"{name} {gen}" for name, gen in sorted(fired, key=lambda item: -item[1]))
+    return text + (f"; never fired: {', '.join(never)}" if never else "; every action fired")
 
 
 # --- recorded traces as TLA+ modules ----------------------------------------
@@ -400,16 +472,7 @@ def _tla_event(event: Mapping[str, object]) -> str:
         phase = event.get("phase")
         fields["phase"] = _tla_string("ABSENT" if phase is None else str(phase))
     elif action == "Flush":
-        groups = event.get("groups") or []
-        if not isinstance(groups, list):
-            raise ValueError(f"event {event.get('seq')}: groups must be a list")
-        rendered = []
-        for group in groups:
-            keys = [_tla_string(str(k)) for k in group["keys"]]
-            gens = [str(int(g)) for g in group["gens"]]
-            probes = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
-            rendered.append(f"[req |-> {_tla_string(str(group['req']))}, probes |-> {probes}]")
-        fields["groups"] = "{" + ", ".join(rendered) + "}"
+        fields["groups"] = _tla_groups(event.get("groups") or [], event.get("seq"))
     elif action == "Drain":
         keys, gens = strings("keys"), ints("gens")
         fields["probes"] = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
@@ -421,7 +484,7 @@ def _tla_event(event: Mapping[str, object]) -> str:
             kind = "ok"
             answers = [_tla_verdict(bool(v)) for v in verdicts]
         else:
-            kind = "timeout" if failure == "timeout" else "fail"
+            kind = str(failure) if failure in ("timeout", "saturated") else "fail"
             answers = ['"miss"'] * len(keys)
         fields["kind"] = _tla_string(kind)
         pairs = [f"<<{k}, {g}>> :> {a}" for k, g, a in zip(keys, gens, answers, strict=True)]
@@ -433,7 +496,37 @@ def _tla_event(event: Mapping[str, object]) -> str:
         fields["keys"] = "{" + ", ".join(strings("keys")) + "}"
     elif action != "Shutdown":
         raise ValueError(f"event {event.get('seq')}: unknown action {action!r}")
+    fields["after"] = _tla_after(event)
+    fields["open"] = _tla_groups(event.get("open"), event.get("seq"))
     return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields.items()) + "]"
+
+
+def _tla_groups(groups: object, seq: object) -> str:
+    if not isinstance(groups, list):
+        raise ValueError(f"event {seq}: groups must be a list")
+    rendered = []
+    for group in groups:
+        keys = [_tla_string(str(k)) for k in group["keys"]]
+        gens = [str(int(g)) for g in group["gens"]]
+        probes = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
+        rendered.append(f"[req |-> {_tla_string(str(group['req']))}, probes |-> {probes}]")
+    return "{" + ", ".join(rendered) + "}"
+
+
+def _tla_after(event: Mapping[str, object]) -> str:
+    """The states of the keys an event touched, as a TLA+ function key -> record."""
+    after = event.get("after")
+    if not isinstance(after, list):
+        raise ValueError(f"event {event.get('seq')}: after (the touched keys' states) must be a list")
+    pairs = []
+    for item in after:
+        waiters = "{" + ", ".join(_tla_string(str(r)) for r in item["waiters"]) + "}"
+        record = (
+            f"[phase |-> {_tla_string(str(item['phase']))}, gen |-> {int(item['gen'])}, "
+            f"verdict |-> {_tla_verdict(item['verdict'])}, waiters |-> {waiters}]"
+        )
+        pairs.append(f"{_tla_string(str(item['key']))} :> {record}")
+    return "(" + " @@ ".join(pairs) + ")" if pairs else "<<>>"
 
 
 def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun") -> tuple[str, str]:
@@ -481,6 +574,8 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
         "    Keys <- TraceKeys\n"
         "    Reqs <- TraceReqs\n"
         "    MaxGen <- TraceMaxGen\n"
+        f"    MaxStuck = {len(events) + 1}\n"
+        "    MaxDeaths = 0\n"
         '    Mutant = "none"\n'
         "    Log <- TraceLog\n"
         "INIT TraceInit\n"

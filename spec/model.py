@@ -65,6 +65,7 @@ __all__ = [
     "State",
     "TypeOK",
     "VerdictIffResolved",
+    "VerdictProvenance",
     "broken_invariants",
     "cleanup",
     "complete_group",
@@ -190,8 +191,11 @@ class State:
     submitted while their state was not PENDING of that generation),
     ``applied`` (results applied per ``(key, gen)``), ``stale_applied``
     (results applied to a state of another generation), ``forced``
-    (generations hit by a forced miss) and ``settled`` (generations that
-    reached RESOLVED or were forced: moot for :func:`NoDuplicateProbe`).
+    (generations hit by a forced miss), ``settled`` (generations that
+    reached RESOLVED or were forced: moot for :func:`NoDuplicateProbe`) and
+    ``told`` (per ``(key, gen)``, the first outcome published for it: the
+    backend's verdict, False for a failure, timeout or saturation, and the
+    manager's False for a dead worker's open groups).
     """
 
     probes: Mapping[Key, Probe] = field(default_factory=_frozen_map)
@@ -214,6 +218,16 @@ class State:
     stale_applied: int = 0
     forced: frozenset[tuple[Key, int]] = frozenset()
     settled: frozenset[tuple[Key, int]] = frozenset()
+    told: Mapping[tuple[Key, int], bool] = field(default_factory=_frozen_map)
+
+
+def _tell(s: State, group: Group, verdicts: Sequence[bool] | None) -> Mapping[tuple[Key, int], bool]:
+    """``told`` after the first outcome of ``group`` (None: a failure, every key False)."""
+    told = dict(s.told)
+    said = verdicts if verdicts is not None else (False,) * len(group.keys)
+    for key, gen, verdict in zip(group.keys, group.gens, said, strict=False):
+        told.setdefault((key, gen), bool(verdict))
+    return _frozen_map(told)
 
 
 def initial() -> State:
@@ -663,6 +677,7 @@ def _deliver(s: State, group_id: int, verdicts: tuple[bool, ...] | None, failure
     taken = {gid: g for gid, g in s.taken.items() if gid != group_id}
     return replace(
         s,
+        told=s.told if late else _tell(s, group, verdicts),
         taken=_frozen_map(taken),
         timed_out=s.timed_out - {group_id},
         inbox=(*s.inbox, Outcome(group, verdicts, failure, late)),
@@ -695,7 +710,12 @@ def time_out(s: State, group_id: int) -> State:
     group = s.taken.get(group_id)
     if group is None or group_id in s.timed_out:
         raise ModelError(f"group {group_id} is not with the worker or already timed out")
-    return replace(s, timed_out=s.timed_out | {group_id}, inbox=(*s.inbox, Outcome(group, None, TIMEOUT, False)))
+    return replace(
+        s,
+        timed_out=s.timed_out | {group_id},
+        inbox=(*s.inbox, Outcome(group, None, TIMEOUT, False)),
+        told=_tell(s, group, None),
+    )
 
 
 def worker_dies(s: State) -> State:
@@ -719,6 +739,7 @@ def revive(s: State) -> State:
         return s
     s = drain_all(s)
     for group in list(s.outstanding.values()):
+        s = replace(s, told=_tell(s, group, None))
         s = apply_outcome(s, Outcome(group, None, "worker_died"))
     return replace(s, queue=(), taken=_frozen_map(), timed_out=frozenset(), worker_dead=False)
 
@@ -787,6 +808,16 @@ def ForcedMissSticks(s: State) -> bool:
     return True
 
 
+def VerdictProvenance(s: State) -> bool:
+    """A RESOLVED state's verdict is False if forced, else the first outcome published for its generation."""
+    for key, probe in s.probes.items():
+        if probe.phase is RESOLVED:
+            want = False if (key, probe.gen) in s.forced else s.told.get((key, probe.gen))
+            if probe.verdict is not want:
+                return False
+    return True
+
+
 def ReverseIndexConsistent(s: State) -> bool:
     """Every remembered (request, key) points at a live state listing it, and vice versa."""
     for req, keys in s.requests.items():
@@ -836,6 +867,7 @@ INVARIANTS: dict[str, Callable[[State], bool]] = {
     "StaleGenerationDropped": StaleGenerationDropped,
     "VerdictIffResolved": VerdictIffResolved,
     "ForcedMissSticks": ForcedMissSticks,
+    "VerdictProvenance": VerdictProvenance,
     "ReverseIndexConsistent": ReverseIndexConsistent,
     "NothingLeaks": NothingLeaks,
 }

@@ -17,9 +17,15 @@ Tracing costs nothing when off: the manager then uses a plain
 =============  ===============================================================
 
 ``lookup_chain`` emits one ``Lookup`` event per key it looked up (a chain is
-a sequence of Lookup actions).  Every event also has ``seq`` (0, 1, ...) and ``size`` (states held after the
-action).  Worker actions are not recorded: they are implied by the outcomes
-the scheduler drains.  :class:`NdjsonTrace` writes events one JSON object per
+a sequence of Lookup actions).  Every event also has ``seq`` (0, 1, ...), ``size`` (states held after the
+action), ``after`` (for each key the action touched, its state afterwards:
+``{key, phase, gen, verdict, waiters}``, phase ``ABSENT`` and gen 0 when no
+state is held) and ``open`` (the groups submitted and not answered yet, as
+``{req, keys, gens}``), so that the trace spec can pin the model's state
+down after every event: a core that applies an outcome it should drop, or
+keeps a state it should reclaim, records a trace no behaviour of the model
+matches.  Worker actions are not recorded: they are implied by the
+outcomes the scheduler drains.  :class:`NdjsonTrace` writes events one JSON object per
 line.
 """
 
@@ -49,17 +55,41 @@ class TracingCore(LookupCore):
         self._sink = sink
         self._seq = 0
 
-    def _emit(self, action: str, size: int | None = None, **fields: object) -> None:
-        held = len(self.states) if size is None else size
-        event: dict[str, object] = {"seq": self._seq, "action": action, **fields, "size": held}
+    def _emit(self, action: str, touched: Iterable[Key] = (), **fields: object) -> None:
+        event: dict[str, object] = {
+            "seq": self._seq,
+            "action": action,
+            **fields,
+            "size": len(self.states),
+            "after": [self._snapshot(key) for key in dict.fromkeys(touched)],
+            "open": [
+                {"req": g.req_id, "keys": [k.hex() for k in g.keys], "gens": list(g.generations)}
+                for g in self.outstanding.values()
+            ],
+        }
         self._seq += 1
         self._sink(event)
+
+    def _snapshot(self, key: Key) -> dict[str, object]:
+        # dict.get: after shutdown the table refuses its own get().
+        state = dict.get(self.states, key)
+        if state is None:
+            return {"key": key.hex(), "phase": "ABSENT", "gen": 0, "verdict": None, "waiters": []}
+        phase = "ABSENT" if state.phase is None else state.phase.value
+        return {
+            "key": key.hex(),
+            "phase": phase,
+            "gen": state.generation,
+            "verdict": state.verdict,
+            "waiters": sorted(state.waiters),
+        }
 
     def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
         verdict = super().lookup(key, req_context)
         phase = self.phase(key)
         self._emit(
             "Lookup",
+            (key,),
             key=key.hex(),
             req=req_context.req_id,
             verdict=verdict,
@@ -68,36 +98,30 @@ class TracingCore(LookupCore):
         return verdict
 
     def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
-        # A chain is a sequence of Lookup actions, so it is traced as one
-        # Lookup event per key looked up, as the single lookups would be.
-        # The core's walk runs unchanged; the events are rebuilt after it
-        # from what a lookup cannot change afterwards: a later lookup never
-        # changes an earlier key's phase or verdict and never drops a state,
-        # so only the size needs replaying (the new states are the step
-        # batch's new entries, one per key asked first by this walk).
-        mark = len(self.step_batch)
-        answer = super().lookup_chain(keys, req_context)
-        created = {id(state) for state in self.step_batch[mark:]}
-        states = self.states
-        size = len(states) - len(created)
-        req = req_context.req_id
-        for key in list(keys)[: answer.looked_up]:
-            state = states[key]
-            if id(state) in created:
-                created.discard(id(state))
-                size += 1
-            phase = state.phase
-            self._emit(
-                "Lookup",
-                size=size,
-                key=key.hex(),
-                req=req,
-                verdict=state.verdict,
-                phase=None if phase is None else phase.value,
-            )
-        return answer
+        # A chain is a sequence of Lookup actions, so it is traced as exactly
+        # those: each key goes through the traced lookup, and the event
+        # carries the same state snapshot a single lookup's would.  Bad input
+        # is left to the core's own walk, which refuses it before any change.
+        if any(type(key) is not bytes for key in keys) or type(getattr(req_context, "req_id", None)) is not str:
+            return super().lookup_chain(keys, req_context)
+        leading_hits = 0
+        counting = True
+        pending = False
+        looked_up = 0
+        for key in keys:
+            verdict = self.lookup(key, req_context)
+            looked_up += 1
+            if verdict is False:
+                return ChainAnswer(leading_hits, True, pending, looked_up)
+            if verdict is None:
+                pending = True
+                counting = False
+            elif counting:
+                leading_hits += 1
+        return ChainAnswer(leading_hits, False, pending, looked_up)
 
     def flush(self) -> Batch | None:
+        touched = [state.key for state in self.step_batch]
         batch = super().flush()
         groups = (
             []
@@ -107,7 +131,7 @@ class TracingCore(LookupCore):
                 for g in batch.groups
             ]
         )
-        self._emit("Flush", groups=groups)
+        self._emit("Flush", touched, groups=groups)
         return batch
 
     def apply(self, outcome: GroupOutcome) -> None:
@@ -115,6 +139,7 @@ class TracingCore(LookupCore):
         group = outcome.group
         self._emit(
             "Drain",
+            group.keys,
             group=group.group_id,
             keys=[k.hex() for k in group.keys],
             gens=list(group.generations),
@@ -124,17 +149,20 @@ class TracingCore(LookupCore):
         )
 
     def cleanup(self, req_id: str) -> None:
+        request = self.requests.get(req_id)
+        touched = [] if request is None else [state.key for state in request.states]
         super().cleanup(req_id)
-        self._emit("Cleanup", req=req_id)
+        self._emit("Cleanup", touched, req=req_id)
 
     def mark_miss(self, keys: Iterable[Key]) -> None:
         keys = list(keys) if not isinstance(keys, (bytes, bytearray, memoryview, str)) else keys
         super().mark_miss(keys)
-        self._emit("MarkMiss", keys=[k.hex() for k in keys])
+        self._emit("MarkMiss", keys, keys=[k.hex() for k in keys])
 
     def shutdown(self, message: str = "the lookup manager was shut down") -> None:
+        touched = list(self.states)
         super().shutdown(message)
-        self._emit("Shutdown")
+        self._emit("Shutdown", touched)
 
 
 def tracing(core_class: type[LookupCore]) -> Callable[[TraceSink], LookupCore]:

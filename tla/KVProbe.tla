@@ -3,37 +3,58 @@
 (* The asynchronous batched existence-lookup manager of kvprobe: the whole *)
 (* manager, not one probe.                                                 *)
 (*                                                                         *)
+(* Two processes meet only in two queues.                                  *)
+(*                                                                         *)
 (* The scheduler owns the probe table (phase, generation, waiters, verdict *)
-(* per key), the reverse index (request -> keys), this step's batch and    *)
-(* the generation counter; its actions are Lookup, Flush, Drain, Cleanup,  *)
-(* MarkMiss and Shutdown (LookupCore's methods in statemachine/core.py).   *)
-(* The worker owns the groups it took; its actions are TakeBatch,          *)
-(* CompleteGroup, FailGroup and TimeOut.  The two meet only in the         *)
-(* submission queue (subq, batches of groups) and the result queue (resq,  *)
-(* group outcomes).                                                        *)
+(* per key), the reverse index (request -> keys), this step's batch, the   *)
+(* generation counter and the groups it submitted and has not seen         *)
+(* answered (open); its actions are Lookup, Flush, Drain, Revive, Cleanup, *)
+(* MarkMiss and Shutdown (LookupCore's methods in statemachine/core.py and *)
+(* the manager's revive).  Lookup and Flush drain first: they are enabled  *)
+(* only once every published outcome has been applied.                     *)
+(*                                                                         *)
+(* The worker (docs/worker.md) is up, dead or stopped.  Its actions are    *)
+(* TakeBatch, CompleteGroup, FailGroup, TimeOut, Saturate, LateAnswer and  *)
+(* Die.  It owns the groups it took (taken) and the calls that overstayed  *)
+(* their timeout (stuck, at most MaxStuck before it saturates).  A stopped *)
+(* worker may still finish the calls it had started and publish them:     *)
+(* nothing it publishes is applied any more.                               *)
 (*                                                                         *)
 (* Phase and action names are those of kvprobe.spec.lifecycle (Event      *)
 (* values); the lifecycle table there is NOT restated here: the actions   *)
 (* below say what the manager does, and tests/tla compares the phase      *)
 (* transitions TLC explores with that table.                               *)
 (*                                                                         *)
-(* Mutant is a string naming one of the defects of DESIGN.md section 3,    *)
-(* or "none" for the correct manager.                                      *)
+(* History variables are written by the actions from what happened (what  *)
+(* was submitted in which phase, what the worker answered, which           *)
+(* generation's outcome changed a state) and read only by the invariants.  *)
+(*                                                                         *)
+(* Mutant names one of the defects of docs/properties.md, or "none".       *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences
 
 CONSTANTS
-    Keys,     \* block keys
-    Reqs,     \* request ids
-    MaxGen,   \* generations 1..MaxGen may be created (bounds new probes)
-    Mutant    \* "none" or a mutant name of DESIGN.md section 3
+    Keys,      \* block keys
+    Reqs,      \* request ids
+    MaxGen,    \* generations 1..MaxGen may be created (bounds new probes)
+    MaxStuck,  \* the worker saturates while this many calls are stuck
+    MaxDeaths, \* the worker dies at most this often (a bound of the model)
+    Mutant     \* "none" or a mutant name
 
-Mutants == {"none", "flush-submits-cleaned", "cleanup-drops-in-flight",
-            "stale-result-applied", "double-result", "worker-error-drops-batch",
-            "orphan-never-reclaimed", "mark-miss-in-flight-unguarded"}
+\* The named mutants of the field, then the spec-level mutants written to
+\* measure the invariants' power (docs/properties.md says what each changes).
+NamedMutants == {"flush-submits-cleaned", "cleanup-drops-in-flight",
+                 "stale-result-applied", "double-result", "worker-error-drops-batch",
+                 "orphan-never-reclaimed", "mark-miss-in-flight-unguarded"}
+SpecMutants == {"fail-resolves-hit", "verdict-from-other-key", "flush-ignores-gen",
+                "flush-submits-forced", "lookup-rejoins-batch", "lookup-skips-drain",
+                "stale-reclaims-newer", "flush-while-dead", "death-forgets-open",
+                "lookup-after-shutdown", "cleanup-keeps-reverse-index",
+                "saturate-publishes-nothing"}
+Mutants == {"none"} \cup NamedMutants \cup SpecMutants
 
 ASSUME Mutant \in Mutants
-ASSUME MaxGen \in Nat
+ASSUME MaxGen \in Nat /\ MaxStuck \in Nat \ {0} /\ MaxDeaths \in Nat
 
 Gens == 1..MaxGen
 NoGen == 0
@@ -48,14 +69,23 @@ Phases == {ABSENT, PENDING, IN_FLIGHT, RESOLVED}
 \* Verdicts: none until resolved; hit = stored, miss = not stored.
 Verdicts == {"none", "hit", "miss"}
 
+\* Worker states (docs/worker.md).
+UP == "up"
+DEAD == "dead"
+STOPPED == "stopped"
+
 \* A group: one request's share of a flush.  Generations are unique, so a
 \* group is identified by its value (the code's group id adds nothing).
 Probe == Keys \X Gens
 Group == [req : Reqs, probes : SUBSET Probe]
-\* What the worker publishes for a group: kind ok (a verdict per probe),
-\* fail or timeout (the scheduler applies MISS to each key); late marks the
-\* real answer of a call already reported as timed out.
-OutcomeKinds == {"ok", "fail", "timeout"}
+\* What the worker publishes: kind ok (a verdict per probe), fail, timeout or
+\* saturated (the scheduler applies MISS to each key), or the death marker
+\* (kind died, no group: the scheduler fails every open group).  late marks
+\* the answer of a call already reported as timed out.
+OutcomeKinds == {"ok", "fail", "timeout", "saturated", "died"}
+NoGroup == [req |-> "none", probes |-> {}]
+\* The output of the last step: the answer of a Lookup, NoOut after any other.
+NoOut == [key |-> "none", req |-> "none", ans |-> "none"]
 
 VARIABLES
     phase,     \* [Keys -> Phases]
@@ -65,22 +95,29 @@ VARIABLES
     requests,  \* [Reqs -> SUBSET Keys]: the reverse index
     batch,     \* this step's batch: set of <<key, gen, req that asked>>
     nextGen,   \* the generation the next new state gets
-    subq,      \* submission queue: Seq of batches (sets of groups)
-    taken,     \* groups the worker took and has not finished
-    timedOut,  \* groups of taken reported as TIMEOUT, whose late answer may follow
-    resq,      \* result queue: Seq of outcomes
+    open,      \* groups submitted whose first outcome the scheduler has not applied
     down,      \* Shutdown happened
-    \* History variables (never read by an action's guard):
+    out,       \* the answer of the Lookup that made this step, else NoOut
+    wstate,    \* the worker: UP, DEAD or STOPPED
+    subq,      \* submission queue: Seq of batches (sets of groups)
+    taken,     \* groups the worker took and is calling the backend for
+    stuck,     \* groups whose call overstayed its timeout (TIMEOUT published)
+    resq,      \* result queue: Seq of outcomes
+    \* History variables (written from what happened, read only by invariants):
     forced,    \* [Keys -> BOOLEAN]: MarkMiss hit this state
-    applied,   \* [Keys -> Seq(Gens)]: generations of the results applied to this state
-    sent,      \* [Gens -> Nat]: times each generation was submitted
-    sentDead,  \* generations submitted although their state was not PENDING
-    moot       \* generations whose in-flight probe a MarkMiss made moot
+    told,      \* [Probe -> Verdicts]: the first outcome published for the probe
+               \* (hit/miss; miss for fail, timeout, saturated, death)
+    sent,      \* [Gens -> Nat]: submissions of each generation, counted at Flush
+    sentIn,    \* [Gens -> Phases \cup {"never"}]: the probe's phase at its last submission
+    applied,   \* [Gens -> Nat]: outcomes applied to (resolving or reclaiming) each generation
+    stale,     \* an outcome of one generation changed a state of another one
+    moot,      \* generations whose in-flight probe a MarkMiss made moot
+    deaths     \* times the worker died
 
-sched == <<phase, gen, waiters, verdict, requests, batch, nextGen>>
-queues == <<subq, taken, timedOut, resq>>
-history == <<forced, applied, sent, sentDead, moot>>
-vars == <<sched, queues, down, history>>
+sched == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down, out>>
+worker == <<wstate, subq, taken, stuck, resq>>
+history == <<forced, told, sent, sentIn, applied, stale, moot, deaths>>
+vars == <<sched, worker, history>>
 
 -----------------------------------------------------------------------------
 (* Helpers *)
@@ -89,19 +126,22 @@ Range(f) == {f[x] : x \in DOMAIN f}
 
 Outcome(G, kind, ans, late) == [grp |-> G, kind |-> kind, ans |-> ans, late |-> late]
 AllMiss(G) == [p \in G.probes |-> "miss"]
-
-\* Groups submitted whose first outcome has not been applied yet.
-OpenGroups ==
-    UNION Range(subq)
-    \cup (taken \ timedOut)
-    \cup {o.grp : o \in {o2 \in Range(resq) : ~o2.late}}
-
-OpenGens(k) == {p[2] : p \in {q \in UNION {G.probes : G \in OpenGroups} : q[1] = k}}
+Marker == Outcome(NoGroup, "died", AllMiss(NoGroup), FALSE)
 
 Live(k) == phase[k] # ABSENT
 
-Reclaimed(k) ==  \* the assignments that delete key k's state
-    [phase |-> ABSENT, gen |-> NoGen, waiters |-> {}, verdict |-> "none"]
+\* The history of a published first outcome: what it says for each probe.
+Tell(G, ans) == [p \in Probe |-> IF p \in G.probes THEN ans[p] ELSE told[p]]
+
+\* Groups whose outcome will reach the scheduler: queued to or held by a
+\* live worker, or published and not yet drained; while a death marker is
+\* published, every open group (the marker fails them).
+Coming ==
+    IF \E i \in DOMAIN resq : resq[i].kind = "died" THEN open
+    ELSE {o.grp : o \in {x \in Range(resq) : ~x.late}}
+         \cup (IF wstate = UP THEN UNION Range(subq) \cup taken ELSE {})
+
+GensIn(S, k) == {p[2] : p \in {q \in UNION {G.probes : G \in S} : q[1] = k}}
 
 -----------------------------------------------------------------------------
 (* Initial state *)
@@ -114,25 +154,36 @@ Init ==
     /\ requests = [r \in Reqs |-> {}]
     /\ batch = {}
     /\ nextGen = 1
+    /\ open = {}
+    /\ down = FALSE
+    /\ out = NoOut
+    /\ wstate = UP
     /\ subq = <<>>
     /\ taken = {}
-    /\ timedOut = {}
+    /\ stuck = {}
     /\ resq = <<>>
-    /\ down = FALSE
     /\ forced = [k \in Keys |-> FALSE]
-    /\ applied = [k \in Keys |-> <<>>]
+    /\ told = [p \in Probe |-> "none"]
     /\ sent = [g \in Gens |-> 0]
-    /\ sentDead = {}
+    /\ sentIn = [g \in Gens |-> "never"]
+    /\ applied = [g \in Gens |-> 0]
+    /\ stale = FALSE
     /\ moot = {}
+    /\ deaths = 0
 
 -----------------------------------------------------------------------------
 (* Scheduler actions *)
 
+\* Every published outcome has been applied: Lookup and Flush drain first.
+Drained == resq = <<>> \/ Mutant = "lookup-skips-drain"
+
 \* Request r asks for key k (a request already waiting on k changes nothing:
 \* the model leaves that repeated call out).  A new state gets the next
-\* generation and joins this step's batch.
+\* generation and joins this step's batch.  The answer (out) is the verdict
+\* of a RESOLVED state, else none ("ask again").
 Lookup(k, r) ==
-    /\ ~down
+    /\ ~down \/ Mutant = "lookup-after-shutdown"
+    /\ Drained
     /\ r \notin waiters[k]
     /\ \/ /\ phase[k] = ABSENT
           /\ nextGen \in Gens
@@ -141,26 +192,41 @@ Lookup(k, r) ==
           /\ waiters' = [waiters EXCEPT ![k] = {r}]
           /\ batch' = batch \cup {<<k, nextGen, r>>}
           /\ nextGen' = nextGen + 1
+          /\ out' = [key |-> k, req |-> r, ans |-> "none"]
        \/ /\ phase[k] # ABSENT
           /\ waiters' = [waiters EXCEPT ![k] = @ \cup {r}]
-          /\ UNCHANGED <<phase, gen, batch, nextGen>>
+          /\ out' = [key |-> k, req |-> r, ans |-> verdict[k]]
+          /\ batch' = IF Mutant = "lookup-rejoins-batch" /\ phase[k] = PENDING
+                      THEN batch \cup {<<k, gen[k], r>>} ELSE batch
+          /\ UNCHANGED <<phase, gen, nextGen>>
     /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
-    /\ UNCHANGED <<verdict, queues, down, forced, applied, sent, sentDead, moot>>
+    /\ UNCHANGED <<verdict, open, down, worker, history>>
 
 \* End of step: submit this step's batch entries whose state is still the
 \* PENDING state of the entry's generation, one group per request.  A key is
 \* grouped under the request that asked for it if that one still waits,
-\* else under any request that waits (the code picks the least id).
+\* else under any request that waits (the code picks the least id).  A dead
+\* worker is revived first (Revive), so Flush needs the worker up.
 FlushSubmits(e) ==
-    LET k == e[1] IN phase[k] = PENDING /\ gen[k] = e[2]
+    LET k == e[1] IN
+    CASE Mutant = "flush-submits-forced" -> gen[k] = e[2]
+      [] Mutant = "flush-ignores-gen" -> phase[k] = PENDING
+      [] OTHER -> phase[k] = PENDING /\ gen[k] = e[2]
+
+\* The phase of e's own probe (e = <<key, gen, req>>): its state's phase, or
+\* ABSENT if the key's state is another generation's (or none).
+ProbePhaseOf(e) == IF gen[e[1]] = e[2] THEN phase[e[1]] ELSE ABSENT
 
 Flush ==
     /\ ~down
+    /\ Drained
+    /\ wstate = UP \/ Mutant = "flush-while-dead"
     /\ batch # {}
     /\ LET entries == IF Mutant = "flush-submits-cleaned"
                       THEN batch  \* also entries reclaimed or replaced since
                       ELSE {e \in batch : FlushSubmits(e)}
            moved == {e[1] : e \in {x \in entries : FlushSubmits(x)}}
+           gens == {e[2] : e \in entries}
        IN \E owner \in [entries -> Reqs] :
             /\ \A e \in entries :
                  IF e[3] \in waiters[e[1]] \/ ~FlushSubmits(e)
@@ -169,54 +235,98 @@ Flush ==
             /\ LET groups == {[req |-> r,
                                probes |-> {<<e[1], e[2]>> : e \in {x \in entries : owner[x] = r}}]
                               : r \in Range(owner)}
-               IN subq' = IF groups = {} THEN subq ELSE Append(subq, groups)
+               IN /\ subq' = IF groups = {} THEN subq ELSE Append(subq, groups)
+                  /\ open' = open \cup groups
+                  \* each group a generation is in counts as one submission
+                  /\ sent' = [g \in Gens |->
+                                sent[g] + Cardinality({G \in groups : \E p \in G.probes : p[2] = g})]
             /\ phase' = [k \in Keys |-> IF k \in moved THEN IN_FLIGHT ELSE phase[k]]
-            /\ sent' = [g \in Gens |-> IF \E e \in entries : e[2] = g THEN sent[g] + 1 ELSE sent[g]]
-            /\ sentDead' = sentDead \cup {e[2] : e \in {x \in entries : ~FlushSubmits(x)}}
-    /\ batch' = {}
-    /\ UNCHANGED <<gen, waiters, verdict, requests, nextGen, taken, timedOut, resq, down,
-                   forced, applied, moot>>
+            /\ sentIn' = [g \in Gens |->
+                            IF g \in gens
+                            THEN ProbePhaseOf(CHOOSE e \in entries : e[2] = g)
+                            ELSE sentIn[g]]
+    /\ batch' = IF Mutant = "flush-keeps-batch" THEN batch ELSE {}
+    /\ out' = NoOut
+    /\ UNCHANGED <<gen, waiters, verdict, requests, nextGen, down,
+                   wstate, taken, stuck, resq, forced, told, applied, stale, moot, deaths>>
 
-\* Apply the oldest published outcome.  A probe's result applies only to
-\* the IN_FLIGHT state of its own generation: with requests waiting it
-\* becomes RESOLVED with the verdict (a failure or timeout gives MISS); with
-\* none it is reclaimed (an orphan).  Anything else is dropped: a state of
-\* another generation, a reclaimed state, an already RESOLVED state (a late
-\* answer after a timeout, or a result racing a MarkMiss).
+\* Apply the oldest published outcome.
+\* - The death marker: every open group fails (WORKER_DIED): each of its
+\*   probes still IN_FLIGHT resolves as MISS (or is reclaimed if nobody
+\*   waits on it).
+\* - A group's outcome: a probe's result applies only to the IN_FLIGHT state
+\*   of its own generation: with requests waiting it becomes RESOLVED with
+\*   the verdict (MISS unless the kind is ok); with none it is reclaimed (an
+\*   orphan).  Anything else is dropped: a state of another generation, a
+\*   reclaimed state, an already RESOLVED state (a late answer after a
+\*   timeout, or a result racing a MarkMiss).
 Drain ==
     /\ ~down
     /\ resq # <<>>
     /\ LET o == Head(resq)
-           ProbesOf(k) == {p \in o.grp.probes : p[1] = k}
-           \* the probe of o that concerns k's current state, if any
+           died == o.kind = "died"
+           \* the probes this outcome concerns
+           probes == IF died
+                     THEN IF Mutant = "death-forgets-open" THEN {}
+                          ELSE UNION {G.probes : G \in open}
+                     ELSE o.grp.probes
+           ProbesOf(k) == {p \in probes : p[1] = k}
            Match(k) ==
                /\ Live(k)
                /\ IF Mutant = "stale-result-applied"
                   THEN ProbesOf(k) # {}        \* generations not compared
-                  ELSE <<k, gen[k]>> \in o.grp.probes
-           P(k) == IF Mutant = "stale-result-applied"
-                   THEN CHOOSE p \in ProbesOf(k) : TRUE
+                  ELSE <<k, gen[k]>> \in probes
+           \* the probe whose answer is used for k
+           P(k) == IF Mutant = "stale-result-applied" THEN CHOOSE p \in ProbesOf(k) : TRUE
                    ELSE <<k, gen[k]>>
-           Applies(k) ==  \* the result sets the verdict
+           Answer(k) ==
+               IF died THEN "miss"
+               ELSE IF o.kind # "ok" THEN (IF Mutant = "fail-resolves-hit" THEN "hit" ELSE "miss")
+               ELSE IF Mutant = "verdict-from-other-key" THEN o.ans[CHOOSE p \in probes : TRUE]
+               ELSE o.ans[P(k)]
+           Applies(k) ==  \* the outcome sets the verdict
                /\ Match(k)
                /\ \/ phase[k] = IN_FLIGHT /\ waiters[k] # {}
                   \/ phase[k] = IN_FLIGHT /\ Mutant = "orphan-never-reclaimed"
                   \/ phase[k] = RESOLVED /\ Mutant = "double-result"
-           Orphan(k) ==   \* the result reclaims a state nobody waits on
-               /\ Match(k)
+           Orphan(k) ==   \* the outcome reclaims a state nobody waits on
+               /\ \/ Match(k)
+                  \/ Mutant = "stale-reclaims-newer" /\ Live(k) /\ ProbesOf(k) # {}
                /\ phase[k] = IN_FLIGHT /\ waiters[k] = {}
                /\ Mutant # "orphan-never-reclaimed"
+           Changed(k) == Applies(k) \/ Orphan(k)
+           \* the generation of the probe whose outcome changed k
+           Source(k) == IF Match(k) THEN P(k)[2] ELSE (CHOOSE p \in ProbesOf(k) : TRUE)[2]
        IN /\ phase' = [k \in Keys |-> IF Orphan(k) THEN ABSENT
                                       ELSE IF Applies(k) THEN RESOLVED ELSE phase[k]]
           /\ gen' = [k \in Keys |-> IF Orphan(k) THEN NoGen ELSE gen[k]]
-          /\ verdict' = [k \in Keys |-> IF Applies(k) THEN o.ans[P(k)] ELSE verdict[k]]
+          /\ verdict' = [k \in Keys |-> IF Orphan(k) THEN "none"
+                                        ELSE IF Applies(k) THEN Answer(k) ELSE verdict[k]]
           /\ forced' = [k \in Keys |-> IF Orphan(k) THEN FALSE ELSE forced[k]]
-          /\ applied' = [k \in Keys |-> IF Orphan(k) THEN <<>>
-                                        ELSE IF Applies(k) THEN Append(applied[k], P(k)[2])
-                                        ELSE applied[k]]
+          /\ applied' = [g \in Gens |-> applied[g] + Cardinality({k \in Keys : Changed(k) /\ Source(k) = g})]
+          /\ stale' = (stale \/ \E k \in Keys : Changed(k) /\ Source(k) # gen[k])
+          /\ open' = IF died THEN {} ELSE open \ {o.grp}
+          \* the scheduler's own verdict for the probes of a dead worker
+          \* (their groups were lost: nothing was published for them)
+          /\ told' = IF died THEN [p \in Probe |-> IF p \in probes THEN "miss" ELSE told[p]]
+                     ELSE told
     /\ resq' = Tail(resq)
-    /\ UNCHANGED <<waiters, requests, batch, nextGen, subq, taken, timedOut, down,
-                   sent, sentDead, moot>>
+    /\ out' = NoOut
+    /\ UNCHANGED <<waiters, requests, batch, nextGen, down,
+                   wstate, subq, taken, stuck, sent, sentIn, moot, deaths>>
+
+\* The manager notices a dead worker (its marker drained) and starts a fresh
+\* one, with an empty queue, at its next flush or drain_results.
+Revive ==
+    /\ ~down
+    /\ wstate = DEAD
+    /\ resq = <<>>
+    /\ wstate' = UP
+    /\ subq' = <<>>
+    /\ taken' = {}
+    /\ out' = NoOut
+    /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                   stuck, resq, history>>
 
 \* Request r finished: it stops waiting on every key.  A PENDING or RESOLVED
 \* state nobody waits on any more is reclaimed; an IN_FLIGHT one is kept so
@@ -236,9 +346,11 @@ Cleanup(r) ==
           /\ waiters' = [k \in Keys |-> IF k \in ks THEN Left(k) ELSE waiters[k]]
           /\ verdict' = [k \in Keys |-> IF Gone(k) THEN "none" ELSE verdict[k]]
           /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE forced[k]]
-          /\ applied' = [k \in Keys |-> IF Gone(k) THEN <<>> ELSE applied[k]]
-    /\ requests' = [requests EXCEPT ![r] = {}]
-    /\ UNCHANGED <<batch, nextGen, queues, down, sent, sentDead, moot>>
+    /\ requests' = IF Mutant = "cleanup-keeps-reverse-index" THEN requests
+                   ELSE [requests EXCEPT ![r] = {}]
+    /\ out' = NoOut
+    /\ UNCHANGED <<batch, nextGen, open, down, worker,
+                   told, sent, sentIn, applied, stale, moot, deaths>>
 
 \* Loading the keys ks from the tier failed: force MISS.  A PENDING state is
 \* never submitted; an IN_FLIGHT state's late result will be dropped, and if
@@ -258,14 +370,14 @@ MarkMiss(ks) ==
           /\ waiters' = [k \in Keys |-> IF Gone(k) THEN {} ELSE waiters[k]]
           /\ verdict' = [k \in Keys |-> IF Gone(k) THEN "none" ELSE IF Hit(k) THEN "miss" ELSE verdict[k]]
           /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE IF Hit(k) THEN TRUE ELSE forced[k]]
-          /\ applied' = [k \in Keys |-> IF Gone(k) THEN <<>> ELSE applied[k]]
           /\ moot' = moot \cup {gen[k] : k \in {x \in ks : phase[x] = IN_FLIGHT /\ ~Unguarded(x)}}
-    /\ UNCHANGED <<requests, batch, nextGen, queues, down, sent, sentDead>>
+    /\ out' = NoOut
+    /\ UNCHANGED <<requests, batch, nextGen, open, down, worker,
+                   told, sent, sentIn, applied, stale, deaths>>
 
-\* Stop the worker and reclaim everything.  Nothing happens afterwards, so
-\* every variable (history included: the invariants were checked on every
-\* state before) returns to its initial value and all behaviours end in the
-\* same state.
+\* Stop the worker and reclaim everything.  The worker's queue is dropped;
+\* calls it had started may still finish and publish (nothing drains them).
+\* History is kept: the invariants go on checking the states after it.
 Shutdown ==
     /\ ~down
     /\ down' = TRUE
@@ -275,102 +387,163 @@ Shutdown ==
     /\ verdict' = [k \in Keys |-> "none"]
     /\ requests' = [r \in Reqs |-> {}]
     /\ batch' = {}
-    /\ nextGen' = 1
+    /\ open' = {}
+    /\ out' = NoOut
+    /\ wstate' = STOPPED
     /\ subq' = <<>>
-    /\ taken' = {}
-    /\ timedOut' = {}
-    /\ resq' = <<>>
     /\ forced' = [k \in Keys |-> FALSE]
-    /\ applied' = [k \in Keys |-> <<>>]
-    /\ sent' = [g \in Gens |-> 0]
-    /\ sentDead' = {}
-    /\ moot' = {}
+    /\ UNCHANGED <<nextGen, taken, stuck, resq, told, sent, sentIn, applied, stale, moot, deaths>>
 
 -----------------------------------------------------------------------------
-(* Worker actions: they touch only the queues and the worker's own groups. *)
+(* Worker actions: they touch only the queues and the worker's own groups *)
+(* (and the history of what the worker said).                             *)
 
 TakeBatch ==
-    /\ ~down
+    /\ wstate = UP
     /\ subq # <<>>
     /\ taken' = taken \cup Head(subq)
     /\ subq' = Tail(subq)
-    /\ UNCHANGED <<sched, timedOut, resq, down, forced, applied, sent, sentDead, moot>>
+    /\ out' = NoOut
+    /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                   wstate, stuck, resq, history>>
 
-\* Publish the backend's answer for G: one verdict per probe.  After a
-\* TimeOut this is the late answer.
+\* Publish the first outcome of a taken group G (up, or stopped: a call in
+\* progress when the worker stopped may still finish).
+Publish(G, kind, ans) ==
+    /\ wstate # DEAD
+    /\ G \in taken
+    /\ resq' = Append(resq, Outcome(G, kind, ans, FALSE))
+    /\ told' = Tell(G, ans)
+    /\ out' = NoOut
+    /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                   wstate, subq, forced, sent, sentIn, applied, stale, moot, deaths>>
+
 Answers(G) == [G.probes -> {"hit", "miss"}]
 
+\* The backend answered: one verdict per probe.
 CompleteGroupOf(G, ans) ==
-    /\ ~down
-    /\ G \in taken
-    /\ resq' = Append(resq, Outcome(G, "ok", ans, G \in timedOut))
+    /\ Publish(G, "ok", ans)
     /\ taken' = taken \ {G}
-    /\ timedOut' = timedOut \ {G}
-    /\ UNCHANGED <<sched, subq, down, forced, applied, sent, sentDead, moot>>
+    /\ UNCHANGED stuck
 
 \* The backend call failed (raised, short or long result, bad verdict).
 FailGroupOf(G) ==
-    /\ ~down
-    /\ G \in taken
     /\ IF Mutant = "worker-error-drops-batch"
-       THEN UNCHANGED resq          \* nothing published: the probes stay IN_FLIGHT
-       ELSE resq' = Append(resq, Outcome(G, "fail", AllMiss(G), G \in timedOut))
+       THEN /\ wstate # DEAD /\ G \in taken   \* nothing published: the probes stay IN_FLIGHT
+            /\ out' = NoOut
+            /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                           wstate, subq, resq, history>>
+       ELSE Publish(G, "fail", AllMiss(G))
     /\ taken' = taken \ {G}
-    /\ timedOut' = timedOut \ {G}
-    /\ UNCHANGED <<sched, subq, down, forced, applied, sent, sentDead, moot>>
+    /\ UNCHANGED stuck
 
-\* The call overstayed the timeout: publish TIMEOUT now; the group stays
-\* with the worker, which may publish its late answer later (or never).
+\* The call overstayed the timeout: publish TIMEOUT now; the call is stuck
+\* and may answer late (LateAnswer) or never.
 TimeOutOf(G) ==
-    /\ ~down
-    /\ G \in taken \ timedOut
-    /\ resq' = Append(resq, Outcome(G, "timeout", AllMiss(G), FALSE))
-    /\ timedOut' = timedOut \cup {G}
-    /\ UNCHANGED <<sched, subq, taken, down, forced, applied, sent, sentDead, moot>>
+    /\ Cardinality(stuck) < MaxStuck
+    /\ Publish(G, "timeout", AllMiss(G))
+    /\ taken' = taken \ {G}
+    /\ stuck' = IF Mutant = "timeout-frees-call" THEN stuck ELSE stuck \cup {G}
 
-\* The worker's first answer for a group it holds (late answers excluded:
-\* a stuck call may never return, and nothing waits for it).
+\* MaxStuck calls are stuck: the group is answered SATURATED at once, no call.
+SaturateOf(G) ==
+    /\ Cardinality(stuck) >= MaxStuck
+    /\ IF Mutant = "saturate-publishes-nothing"
+       THEN /\ wstate # DEAD /\ G \in taken
+            /\ out' = NoOut
+            /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                           wstate, subq, resq, history>>
+       ELSE Publish(G, "saturated", AllMiss(G))
+    /\ taken' = taken \ {G}
+    /\ UNCHANGED stuck
+
+\* A stuck call returns: its answer is published marked late (also after the
+\* worker died or stopped: the call's thread outlives it).
+LateAnswerOf(G, ans) ==
+    /\ G \in stuck
+    /\ resq' = Append(resq, Outcome(G, "ok", ans, TRUE))
+    /\ stuck' = stuck \ {G}
+    /\ out' = NoOut
+    /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                   wstate, subq, taken, history>>
+
+\* The dispatcher ends: queued and taken groups are lost, stuck calls may
+\* still answer late, and the death marker is published.
+Die ==
+    /\ wstate = UP
+    /\ deaths < MaxDeaths
+    /\ wstate' = DEAD
+    /\ subq' = <<>>
+    /\ taken' = {}
+    /\ resq' = Append(resq, Marker)
+    /\ deaths' = deaths + 1
+    /\ out' = NoOut
+    /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                   stuck, forced, told, sent, sentIn, applied, stale, moot>>
+
+\* The worker's first answer for a group it holds.
 WorkerAnswers ==
-    \E G \in taken \ timedOut :
+    \E G \in taken :
         \/ \E ans \in Answers(G) : CompleteGroupOf(G, ans)
         \/ FailGroupOf(G)
         \/ TimeOutOf(G)
+        \/ SaturateOf(G)
 
 -----------------------------------------------------------------------------
 (* The specification *)
 
-\* After Shutdown the system stops; this stutter is the only intended end,
-\* so that TLC's deadlock check (on) reports any other state without a
-\* successor.
-Terminated == down /\ UNCHANGED vars
-
-SchedulerNext ==
-    \/ \E k \in Keys, r \in Reqs : Lookup(k, r)
-    \/ Flush
-    \/ Drain
-    \/ \E r \in Reqs : Cleanup(r)
-    \/ \E k \in Keys : MarkMiss({k})
-    \/ Shutdown
+\* After Shutdown, once the worker's last calls have finished (a stuck call
+\* may never finish), the system stops: this stutter is the intended end.
+Terminated == down /\ taken = {} /\ UNCHANGED vars
 
 \* One operator per action, so that TLC names each step by its action.
 CompleteGroup == \E G \in taken : \E ans \in Answers(G) : CompleteGroupOf(G, ans)
 FailGroup == \E G \in taken : FailGroupOf(G)
 TimeOut == \E G \in taken : TimeOutOf(G)
+Saturate == \E G \in taken : SaturateOf(G)
+LateAnswer == \E G \in stuck : \E ans \in Answers(G) : LateAnswerOf(G, ans)
 
-WorkerNext == TakeBatch \/ CompleteGroup \/ FailGroup \/ TimeOut
+\* The engine's calls: every subset of live keys may be marked missed at once.
+SchedulerSteps ==
+    \/ \E k \in Keys, r \in Reqs : Lookup(k, r)
+    \/ Flush
+    \/ Drain
+    \/ Revive
+    \/ \E r \in Reqs : Cleanup(r)
+    \/ \E ks \in SUBSET Keys : MarkMiss(ks)
+
+WorkerSteps == TakeBatch \/ CompleteGroup \/ FailGroup \/ TimeOut \/ Saturate \/ LateAnswer
+
+SchedulerNext == SchedulerSteps \/ Shutdown
+WorkerNext == WorkerSteps \/ Die
 
 Next == SchedulerNext \/ WorkerNext \/ Terminated
 
 \* Weak fairness: the worker takes batches and answers the groups it holds;
-\* the scheduler drains published results and flushes at the end of every
-\* step.  Lookup, Cleanup, MarkMiss and Shutdown are up to the engine.
+\* the scheduler drains published results, revives a dead worker and
+\* flushes at the end of every step.  Lookup, Cleanup, MarkMiss, Shutdown
+\* and Die are up to the engine (or to fate); a stuck call may never answer.
 Fairness ==
     /\ WF_vars(TakeBatch)
     /\ WF_vars(WorkerAnswers)
     /\ WF_vars(Drain)
+    /\ WF_vars(Revive)
     /\ WF_vars(Flush)
 
 Spec == Init /\ [][Next]_vars /\ Fairness
+
+\* Deadlock check: without Shutdown and Die (each always enabled, they would
+\* make the check vacuous), the only state without a successor must be the
+\* end of the bounded model: every generation used, no request, nothing
+\* held, nothing queued.  BoundReached allows that state to stutter.
+BoundReached ==
+    /\ nextGen > MaxGen
+    /\ \A r \in Reqs : requests[r] = {}
+    /\ \A k \in Keys : phase[k] = ABSENT
+    /\ subq = <<>> /\ taken = {} /\ resq = <<>> /\ wstate = UP
+    /\ UNCHANGED vars
+LiveSteps == SchedulerSteps \/ WorkerSteps
+LiveNext == LiveSteps \/ BoundReached
 
 -----------------------------------------------------------------------------
 (* Invariants (docs/properties.md) *)
@@ -383,40 +556,47 @@ TypeOK ==
     /\ requests \in [Reqs -> SUBSET Keys]
     /\ batch \subseteq Keys \X Gens \X Reqs
     /\ nextGen \in 1..(MaxGen + 1)
+    /\ open \subseteq Group
+    /\ down \in BOOLEAN
+    /\ out \in {NoOut} \cup [key : Keys, req : Reqs, ans : Verdicts]
+    /\ wstate \in {UP, DEAD, STOPPED}
     /\ \A i \in DOMAIN subq : subq[i] \subseteq Group
     /\ taken \subseteq Group
-    /\ timedOut \subseteq taken
+    /\ stuck \subseteq Group
     /\ \A i \in DOMAIN resq :
-          /\ resq[i].grp \in Group
+          /\ resq[i].grp \in Group \cup {NoGroup}
           /\ resq[i].kind \in OutcomeKinds
           /\ resq[i].ans \in [resq[i].grp.probes -> {"hit", "miss"}]
           /\ resq[i].late \in BOOLEAN
-    /\ down \in BOOLEAN
     /\ forced \in [Keys -> BOOLEAN]
-    /\ \A k \in Keys : \A i \in DOMAIN applied[k] : applied[k][i] \in Gens
+    /\ told \in [Probe -> Verdicts]
     /\ sent \in [Gens -> Nat]
-    /\ sentDead \subseteq Gens
+    /\ sentIn \in [Gens -> Phases \cup {"never"}]
+    /\ applied \in [Gens -> Nat]
+    /\ stale \in BOOLEAN
     /\ moot \subseteq Gens
+    /\ deaths \in 0..MaxDeaths
     /\ \A k \in Keys : (phase[k] = ABSENT) <=> (gen[k] = NoGen)
 
-\* A generation is submitted at most once, and only while its state is
-\* PENDING at flush; at most one result per generation is applied.
+\* A generation is submitted at most once, and only while its probe is
+\* PENDING (never after it was forced to MISS, resolved or reclaimed); at
+\* most one outcome per generation is applied.
 EnqueueOnce ==
     /\ \A g \in Gens : sent[g] <= 1
-    /\ sentDead = {}
-    /\ \A k \in Keys : Len(applied[k]) <= 1
+    /\ \A g \in Gens : sentIn[g] \in {"never", PENDING}
+    /\ \A g \in Gens : applied[g] <= 1
 
 \* For each key, at most one submitted-and-unanswered generation whose state
 \* has not reached RESOLVED; a probe made moot by a MarkMiss does not count.
 NoDuplicateProbe ==
     \A k \in Keys :
-        Cardinality({g \in OpenGens(k) :
+        Cardinality({g \in GensIn(open, k) :
                         /\ g \notin moot
                         /\ ~(gen[k] = g /\ phase[k] = RESOLVED)}) <= 1
 
-\* A result is never applied to a state of another generation.
-StaleGenerationDropped ==
-    \A k \in Keys : \A i \in DOMAIN applied[k] : applied[k][i] = gen[k]
+\* No effect of an outcome (verdict write, reclaim, phase change) ever fell
+\* on a state of another generation.
+StaleGenerationDropped == ~stale
 
 VerdictIffResolved ==
     \A k \in Keys : (verdict[k] # "none") <=> (phase[k] = RESOLVED)
@@ -425,21 +605,44 @@ VerdictIffResolved ==
 ForcedMissSticks ==
     \A k \in Keys : forced[k] => verdict[k] = "miss"
 
+\* A RESOLVED key's verdict is MISS if it was forced, else exactly what was
+\* published first for that key in its generation's group (hit/miss; miss
+\* for a failure, timeout, saturation or the worker's death).
+VerdictProvenance ==
+    \A k \in Keys : phase[k] = RESOLVED =>
+        verdict[k] = IF forced[k] THEN "miss" ELSE told[<<k, gen[k]>>]
+
+\* What a Lookup returns: a forced MISS is answered MISS; once an outcome
+\* for the key's probe has been published, the next lookup sees a verdict
+\* (visibility: not one step later).
+LookupAnswers ==
+    out # NoOut =>
+        LET k == out.key IN
+        /\ forced[k] => out.ans = "miss"
+        /\ (Live(k) /\ told[<<k, gen[k]>>] # "none") => out.ans # "none"
+
 ReverseIndexConsistent ==
     \A r \in Reqs, k \in Keys :
         (k \in requests[r]) <=> (phase[k] # ABSENT /\ r \in waiters[k])
 
 \* Safety part of "nothing leaks": no PENDING or RESOLVED state without
-\* waiters; a PENDING state is in this step's batch; an IN_FLIGHT state has
-\* an open group of its generation (so a result will come).
+\* waiters; a PENDING state is in this step's batch; an IN_FLIGHT state's
+\* outcome is coming (queued to or held by a live worker, published, or
+\* about to be failed by a published death marker).
 NothingLeaks ==
     \A k \in Keys :
         /\ phase[k] \in {PENDING, RESOLVED} => waiters[k] # {}
         /\ phase[k] = PENDING => \E r \in Reqs : <<k, gen[k], r>> \in batch
-        /\ phase[k] = IN_FLIGHT => gen[k] \in OpenGens(k)
+        /\ phase[k] = IN_FLIGHT => gen[k] \in GensIn(Coming, k)
 
+\* After Shutdown the table, the step's batch, the worker's queue and the
+\* open groups are empty, and stay so: nothing the worker publishes later is
+\* applied or queued.
 AfterShutdownEmpty ==
-    down => \A k \in Keys : phase[k] = ABSENT
+    down => /\ \A k \in Keys : phase[k] = ABSENT
+            /\ \A r \in Reqs : requests[r] = {}
+            /\ batch = {} /\ subq = <<>> /\ open = {}
+            /\ wstate = STOPPED
 
 -----------------------------------------------------------------------------
 (* Liveness *)

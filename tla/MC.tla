@@ -6,19 +6,31 @@ EXTENDS KVProbe, TLC
 \* invariants only: configs that check EventuallyReclaimed do not use it.
 Symmetry == Permutations(Keys) \cup Permutations(Reqs)
 
+\* The variables the next steps depend on: the history variables (and the
+\* output of the last Lookup) are left out, except deaths, which Die's
+\* guard reads.  No action's guard or effect on the other variables reads
+\* what is left out, so states with the same view have the same futures;
+\* EventuallyReclaimed reads only phase and requests.  Sound for liveness;
+\* NOT for the invariants that read history (configs with this VIEW check
+\* only TypeOK and EventuallyReclaimed).
+LiveView == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+              wstate, subq, taken, stuck, resq, deaths>>
+
 -----------------------------------------------------------------------------
 (* Reachability: each property below says an interesting step never       *)
 (* happens.  Each must be VIOLATED (config reach.cfg); the counterexample  *)
 (* is a witness that the step is reached, so the checks are not vacuous.   *)
 
+Draining == resq # <<>> /\ resq' = Tail(resq) /\ ~down
+
 \* A result resolves an IN_FLIGHT probe.
 ResolvedByResult == \E k \in Keys :
-    phase[k] = IN_FLIGHT /\ phase'[k] = RESOLVED /\ Len(applied'[k]) = 1
+    Draining /\ phase[k] = IN_FLIGHT /\ phase'[k] = RESOLVED /\ Head(resq).kind = "ok"
 NeverResolvedByResult == [][~ResolvedByResult]_vars
 
 \* A result for an IN_FLIGHT state nobody waits on reclaims it (an orphan).
 OrphanReclaimed == \E k \in Keys :
-    phase[k] = IN_FLIGHT /\ waiters[k] = {} /\ phase'[k] = ABSENT /\ resq' # resq
+    Draining /\ phase[k] = IN_FLIGHT /\ waiters[k] = {} /\ phase'[k] = ABSENT
 NeverOrphanReclaimed == [][~OrphanReclaimed]_vars
 
 \* A request joins an IN_FLIGHT probe that nobody waited on any more.
@@ -29,15 +41,55 @@ NeverInFlightReuse == [][~InFlightReuse]_vars
 \* MarkMiss forces MISS on an IN_FLIGHT probe, and that probe's own result
 \* later arrives and is dropped.
 LateResultAfterForcedMiss == \E k \in Keys :
-    /\ phase[k] = RESOLVED /\ forced[k] /\ resq # <<>>
+    /\ Draining /\ phase[k] = RESOLVED /\ forced[k]
     /\ <<k, gen[k]>> \in Head(resq).grp.probes
-    /\ resq' = Tail(resq) /\ verdict'[k] = "miss"
+    /\ verdict'[k] = "miss"
 NeverLateResultAfterForcedMiss == [][~LateResultAfterForcedMiss]_vars
 
 \* A timed-out call's late answer arrives and is dropped.
 LateAnswerDropped == \E k \in Keys :
-    /\ resq # <<>> /\ Head(resq).late /\ <<k, gen[k]>> \in Head(resq).grp.probes
-    /\ resq' = Tail(resq) /\ phase'[k] = RESOLVED /\ verdict'[k] = verdict[k]
+    /\ Draining /\ Head(resq).late /\ <<k, gen[k]>> \in Head(resq).grp.probes
+    /\ phase'[k] = RESOLVED /\ verdict'[k] = verdict[k]
 NeverLateAnswerDropped == [][~LateAnswerDropped]_vars
+
+\* One flush submits two groups (two requests' shares) in one batch.
+TwoGroupsInOneBatch == Len(subq') > Len(subq) /\ Cardinality(subq'[Len(subq')]) >= 2
+NeverTwoGroupsInOneBatch == [][~TwoGroupsInOneBatch]_vars
+
+\* A group holding two keys is answered with two different verdicts.
+TwoKeysAnswered == Len(resq') > Len(resq) /\
+    LET o == resq'[Len(resq')] IN
+    \E p, q \in o.grp.probes : p # q /\ o.ans[p] # o.ans[q]
+NeverTwoKeysAnswered == [][~TwoKeysAnswered]_vars
+
+\* An outcome of an older generation is drained (and dropped) while the
+\* key's next generation is IN_FLIGHT.
+StaleWhileNextInFlight == \E k \in Keys :
+    /\ Draining /\ phase[k] = IN_FLIGHT
+    /\ \E p \in Head(resq).grp.probes : p[1] = k /\ p[2] # gen[k]
+NeverStaleWhileNextInFlight == [][~StaleWhileNextInFlight]_vars
+
+\* The worker dies with a probe IN_FLIGHT, and the death marker resolves it.
+DeathResolves == \E k \in Keys :
+    /\ Draining /\ Head(resq).kind = "died"
+    /\ phase[k] = IN_FLIGHT /\ phase'[k] \in {RESOLVED, ABSENT}
+NeverDeathResolves == [][~DeathResolves]_vars
+
+\* A dead worker is revived and later serves a batch.
+RevivedServes == deaths > 0 /\ wstate = UP /\ Len(subq) > 0 /\ Len(subq') < Len(subq)
+NeverRevivedServes == [][~RevivedServes]_vars
+
+\* A group is answered SATURATED while a call is stuck.
+Saturated == Len(resq') > Len(resq) /\ resq'[Len(resq')].kind = "saturated"
+NeverSaturated == [][~Saturated]_vars
+
+\* One MarkMiss forces two keys.
+TwoKeysForced == \E k1, k2 \in Keys :
+    k1 # k2 /\ ~forced[k1] /\ ~forced[k2] /\ forced'[k1] /\ forced'[k2]
+NeverTwoKeysForced == [][~TwoKeysForced]_vars
+
+\* A stopped worker publishes after Shutdown (and nothing applies it).
+PublishedAfterShutdown == down /\ Len(resq') > Len(resq)
+NeverPublishedAfterShutdown == [][~PublishedAfterShutdown]_vars
 
 =============================================================================

@@ -9,7 +9,8 @@
 (* recorded event must be matched by the KVProbe action of the same name,  *)
 (* with the same arguments and the same observable results (verdict and    *)
 (* phase of a lookup, the groups of a flush, the outcome a drain applies,  *)
-(* the number of states held afterwards).  Worker steps are not recorded:  *)
+(* the number of states held afterwards, each touched key's state and the *)
+(* open groups afterwards).  Worker steps are not recorded:                *)
 (* any number of them may happen between two events (existentially).      *)
 (*                                                                         *)
 (* TraceUnfinished is violated exactly when some behaviour consumes the    *)
@@ -53,12 +54,25 @@ Matches(e) ==
             IN IF live = {} THEN Same ELSE MarkMiss(live)
       [] e.action = "Shutdown" -> Shutdown
 
+\* Worker steps (the worker does not die in a recorded trace: a worker
+\* death is not matched yet).
+\* The recorded state after the event: every touched key's phase,
+\* generation, verdict and waiters, and the open groups.
+StateMatches(e) ==
+    /\ \A k \in DOMAIN e.after :
+          /\ phase'[k] = e.after[k].phase
+          /\ gen'[k] = e.after[k].gen
+          /\ verdict'[k] = e.after[k].verdict
+          /\ waiters'[k] = e.after[k].waiters
+    /\ open' = e.open
+
 TraceNext ==
     \/ /\ i <= Len(Log)
        /\ Matches(Log[i])
+       /\ StateMatches(Log[i])
        /\ Size(phase') = Log[i].size
        /\ i' = i + 1
-    \/ WorkerNext /\ UNCHANGED i
+    \/ WorkerSteps /\ UNCHANGED i
 
 TraceUnfinished == i <= Len(Log)
 

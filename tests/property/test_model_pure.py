@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -109,6 +111,8 @@ ACTIONS = st.lists(
         st.tuples(st.just("complete"), st.integers(0, 3), st.booleans()),
         st.tuples(st.just("fail"), st.integers(0, 3)),
         st.tuples(st.just("time_out"), st.integers(0, 3)),
+        st.tuples(st.just("die")),
+        st.tuples(st.just("revive")),
     ),
     max_size=40,
 )
@@ -141,6 +145,10 @@ def _walk(actions: list[tuple[object, ...]]) -> list[State]:
             fresh = [g for g in taken if g not in s.timed_out]
             if fresh:
                 s = model.time_out(s, fresh[action[1] % len(fresh)])  # type: ignore[operator]
+        elif kind == "die":
+            s = model.worker_dies(s)
+        elif kind == "revive":
+            s = model.revive(s)
         seen.append(s)
     return seen
 
@@ -154,7 +162,7 @@ def test_the_model_keeps_its_invariants(actions: list[tuple[object, ...]]) -> No
 @given(ACTIONS)
 def test_the_model_reclaims_everything_when_played_out(actions: list[tuple[object, ...]]) -> None:
     # EventuallyReclaimed: every request leaves, the worker answers everything, all is drained.
-    s = _walk(actions)[-1]
+    s = model.revive(_walk(actions)[-1])
     for req in sorted(s.requests):
         s = model.cleanup(s, req)
     s, _ = model.flush(s)
@@ -165,6 +173,44 @@ def test_the_model_reclaims_everything_when_played_out(actions: list[tuple[objec
             s = model.complete_group(s, gid, [True] * len(s.taken[gid].keys))
     s = model.drain_all(s)
     assert model.Reclaimed(s), s
+
+
+def _resolved_by(answer: str) -> State:
+    """k0 and k1 asked by one request, submitted in one group, answered (or failed) and drained."""
+    s = model.initial()
+    for key in (b"k0", b"k1"):
+        s, _ = model.lookup(s, key, "a")
+    s, _ = model.flush(s)
+    s, (group,) = model.take_batch(s)
+    if answer == "fail":
+        s = model.fail_group(s, group.group_id, "raised")
+    else:
+        s = model.complete_group(s, group.group_id, [key == b"k0" for key in group.keys])
+    return model.drain_all(s)
+
+
+def test_verdict_provenance_catches_a_failed_group_resolving_hit() -> None:
+    s = _resolved_by("fail")
+    assert model.VerdictProvenance(s)
+    probe = s.probes[b"k0"]
+    lying = replace(s, probes={**s.probes, b"k0": replace(probe, verdict=True)})
+    assert model.broken_invariants(lying) == ["VerdictProvenance"]
+
+
+def test_verdict_provenance_catches_a_verdict_taken_from_another_key() -> None:
+    s = _resolved_by("answer")
+    assert (s.probes[b"k0"].verdict, s.probes[b"k1"].verdict) == (True, False)
+    swapped = replace(s, probes={**s.probes, b"k1": replace(s.probes[b"k1"], verdict=True)})
+    assert model.broken_invariants(swapped) == ["VerdictProvenance"]
+
+
+def test_a_dead_workers_probes_resolve_as_miss_with_provenance() -> None:
+    s, _ = model.lookup(model.initial(), b"k0", "a")
+    s, _ = model.flush(s)
+    s = model.revive(model.worker_dies(s))
+    assert s.probes[b"k0"].verdict is False
+    assert s.told[(b"k0", s.probes[b"k0"].gen)] is False
+    assert model.broken_invariants(s) == []
 
 
 def test_actions_after_shutdown_raise() -> None:

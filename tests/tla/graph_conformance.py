@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from kvprobe.spec.lifecycle import Event, LookupPhase, Phase, Rule
 
 SCHEDULER_ACTIONS = {event.value for event in Event}
-WORKER_ACTIONS = {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut"}
+#: Steps that never move a phase: the worker's, and the scheduler's Revive.
+WORKER_ACTIONS = {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive"}
 _PER_KEY = ("phase", "gen", "waiters", "verdict", "forced")
 
 Transition = tuple[Phase, Event, bool, Phase]

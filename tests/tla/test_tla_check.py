@@ -21,7 +21,7 @@ from kvprobe.check import (
     MUTANTS,
     main,
 )
-from kvprobe.tlc import tla_dir
+from kvprobe.tlc import config_directives, parse_value, run_tlc, tla_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,24 +38,73 @@ CAUGHT_BY = {
 }
 
 
-def test_mutant_names_match_the_model_and_the_docs() -> None:
+#: Spec-level mutants written to measure the invariants (plausible one-line
+#: slips in an action; docs/properties.md says what each changes), and the
+#: clause that must catch each on tla/default.cfg.
+SPEC_CAUGHT_BY = {
+    "fail-resolves-hit": "VerdictProvenance",
+    "verdict-from-other-key": "VerdictProvenance",
+    "flush-ignores-gen": "EnqueueOnce",
+    "flush-submits-forced": "EnqueueOnce",
+    "lookup-rejoins-batch": "EnqueueOnce",
+    "lookup-skips-drain": "LookupAnswers",
+    "stale-reclaims-newer": "StaleGenerationDropped",
+    "flush-while-dead": "NothingLeaks",
+    "death-forgets-open": "NothingLeaks",
+    "lookup-after-shutdown": "AfterShutdownEmpty",
+    "cleanup-keeps-reverse-index": "ReverseIndexConsistent",
+    "saturate-publishes-nothing": "NothingLeaks",
+}
+
+
+def _declared(name: str) -> set[str]:
     model = (tla_dir() / "KVProbe.tla").read_text()
-    declared = re.search(r"Mutants == \{(.*?)\}", model, re.DOTALL)
-    assert declared is not None
-    assert set(re.findall(r'"([\w-]+)"', declared.group(1))) == {"none", *MUTANTS}
+    declared = re.search(rf"^{name} == \{{(.*?)\}}", model, re.DOTALL | re.MULTILINE)
+    assert declared is not None, name
+    return set(re.findall(r'"([\w-]+)"', declared.group(1)))
+
+
+def test_mutant_names_match_the_model_and_the_docs() -> None:
+    assert _declared("NamedMutants") == set(MUTANTS)
+    assert _declared("SpecMutants") == set(SPEC_CAUGHT_BY)
     doc = (ROOT / "docs" / "properties.md").read_text()
-    assert set(re.findall(r"^\| `([a-z]+(?:-[a-z]+)+)` \|", doc, re.MULTILINE)) == set(MUTANTS)
+    assert set(re.findall(r"^\| `([a-z]+(?:-[a-z]+)+)` \|", doc, re.MULTILINE)) == set(MUTANTS) | set(SPEC_CAUGHT_BY)
     assert set(CAUGHT_BY) == set(MUTANTS)
+    for mutant, clause in {**CAUGHT_BY, **SPEC_CAUGHT_BY}.items():
+        assert re.search(rf"^\| `{mutant}` \|.*\| `{clause}`", doc, re.MULTILINE), (mutant, clause)
 
 
 def test_invariant_names_match_the_docs() -> None:
     doc = (ROOT / "docs" / "properties.md").read_text()
-    documented = set(re.findall(r"^\| `(\w+)`", doc, re.MULTILINE)) - {m for m in MUTANTS}
+    documented = set(re.findall(r"^\| `(\w+)`", doc, re.MULTILINE)) - set(MUTANTS) - set(SPEC_CAUGHT_BY)
     model = (tla_dir() / "KVProbe.tla").read_text()
     defined = set(re.findall(r"^(\w+) ==", model, re.MULTILINE))
     assert documented <= defined, documented - defined
-    default = (tla_dir() / "default.cfg").read_text()
-    assert documented <= set(re.findall(r"^\s+(\w+)\s*$", default, re.MULTILINE)), "default.cfg checks every property"
+    checked = set()
+    for name in ("default", "liveness2"):
+        checked |= set(re.findall(r"^\s+(\w+)\s*$", (tla_dir() / f"{name}.cfg").read_text(), re.MULTILINE))
+    assert documented <= checked, "default.cfg and liveness2.cfg check every property"
+
+
+def _cfg_value(name: str, constant: str) -> str:
+    found = re.search(rf"^\s+{constant} = (.*)$", (tla_dir() / f"{name}.cfg").read_text(), re.MULTILINE)
+    assert found is not None, (name, constant)
+    return found.group(1).strip()
+
+
+@pytest.mark.parametrize("name", ["default", "liveness2", "deadlock"])
+def test_configs_explore_two_keys_and_two_requests(name: str) -> None:
+    assert _cfg_value(name, "Keys") == "{k1, k2}"
+    assert _cfg_value(name, "Reqs") == "{r1, r2}"
+    assert int(_cfg_value(name, "MaxGen")) >= 2
+    text = (tla_dir() / f"{name}.cfg").read_text()
+    # Symmetry is unsound for liveness: never both in one config.
+    assert not ("SYMMETRY" in text and "PROPERTIES" in text), name
+
+
+def test_next_state_relation_has_multi_key_mark_miss() -> None:
+    model = (tla_dir() / "KVProbe.tla").read_text()
+    assert re.search(r"\\E ks \\in SUBSET Keys : MarkMiss\(ks\)", model)
 
 
 def test_list_names_configs_and_mutants(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,7 +157,7 @@ def scratch_tla(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.tlc
 def test_spec_error_is_its_own_exit_code(scratch_tla: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (scratch_tla / "broken.cfg").write_text(
-        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n Mutant = "none"\n'
+        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n MaxStuck = 1\n MaxDeaths = 0\n Mutant = "none"\n'
         "SPECIFICATION Spec\nINVARIANT NoSuchThing\n"
     )
     assert main(["--quiet", "--config", "broken"]) == EXIT_SPEC_ERROR
@@ -116,10 +165,23 @@ def test_spec_error_is_its_own_exit_code(scratch_tla: Path, capsys: pytest.Captu
 
 
 @pytest.mark.tlc
+def test_deadlock_config_passes_and_its_end_is_the_bound(scratch_tla: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Without Shutdown and Die, the only end allowed is BoundReached...
+    assert main(["--quiet", "--config", "deadlock"]) == EXIT_OK
+    # ... and that end is reached: without it, TLC reports a deadlock there.
+    text = (scratch_tla / "deadlock.cfg").read_text().replace("NEXT LiveNext", "NEXT LiveSteps")
+    (scratch_tla / "nobound.cfg").write_text(text)
+    assert main(["--quiet", "--config", "nobound"]) == EXIT_DEADLOCK
+    out = capsys.readouterr().out
+    assert "DEADLOCK" in out
+
+
+@pytest.mark.tlc
 def test_deadlock_is_its_own_exit_code(scratch_tla: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Without the final stutter, the state after Shutdown has no successor.
     (scratch_tla / "stuck.cfg").write_text(
-        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n Mutant = "none"\nINIT Init\nNEXT SchedulerNext\n'
+        'CONSTANTS\n Keys = {k1}\n Reqs = {r1}\n MaxGen = 1\n MaxStuck = 1\n MaxDeaths = 0\n Mutant = "none"\n'
+        "INIT Init\nNEXT SchedulerNext\n"
     )
     assert main(["--quiet", "--config", "stuck"]) == EXIT_DEADLOCK
     out = capsys.readouterr().out
@@ -133,7 +195,13 @@ def test_default_config_passes_and_reports_its_state_count(capsys: pytest.Captur
     out = capsys.readouterr().out
     summary = re.search(r"OK, no violation: (\d+) states generated, (\d+) distinct states", out)
     assert summary is not None, out
-    assert int(summary.group(2)) > 10_000
+    assert int(summary.group(2)) > 100_000
+    # The coverage line: every action of Next fires on the default bounds.
+    coverage = re.search(r"^coverage: (.*)$", out, re.MULTILINE)
+    assert coverage is not None, out
+    for action in ("Lookup", "Flush", "Drain", "Revive", "MarkMiss", "Saturate", "LateAnswer", "Die"):
+        assert re.search(rf"\b{action} \d+", coverage.group(1)), action
+    assert coverage.group(1).endswith("every action fired")
 
 
 @pytest.mark.tlc
@@ -145,6 +213,32 @@ def test_every_mutant_is_caught_with_a_trace(mutant: str, capsys: pytest.Capture
     steps = re.findall(r"^  (\d+)\. (\w+)$", out, re.MULTILINE)
     assert [int(n) for n, _ in steps] == list(range(1, len(steps) + 1))
     assert steps[0][1] == "Init" and len(steps) >= 3
+
+
+#: EnqueueOnce has three clauses; the one meant for each mutant must be the
+#: one the last state of the counterexample breaks: (history variable, a
+#: value it holds there that the clause forbids).
+ENQUEUE_ONCE_CLAUSE = {
+    "flush-submits-cleaned": ("sentIn", "ABSENT"),  # submitted after it was reclaimed
+    "flush-ignores-gen": ("sentIn", "ABSENT"),
+    "flush-submits-forced": ("sentIn", "RESOLVED"),  # submitted after it was forced to MISS
+    "lookup-rejoins-batch": ("sent", 2),  # submitted twice
+}
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("mutant", [*sorted(SPEC_CAUGHT_BY), "flush-submits-cleaned"])
+def test_every_spec_mutant_is_caught_by_its_clause(mutant: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "mutant.cfg"
+    cfg.write_text((tla_dir() / "default.cfg").read_text().replace('Mutant = "none"', f'Mutant = "{mutant}"'))
+    result = run_tlc(tla_dir() / "MC.tla", cfg)
+    expected = SPEC_CAUGHT_BY.get(mutant) or CAUGHT_BY[mutant]
+    assert (result.outcome, result.property) == ("invariant", expected), result.errors
+    assert result.trace[0].action == "Init" and len(result.trace) >= 3
+    if mutant in ENQUEUE_ONCE_CLAUSE:
+        variable, forbidden = ENQUEUE_ONCE_CLAUSE[mutant]
+        last = parse_value(result.trace[-1].values[variable])
+        assert isinstance(last, tuple) and forbidden in last, (variable, last)
 
 
 @pytest.mark.tlc
@@ -163,4 +257,24 @@ def test_reachability_witnesses_exist(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     reached = re.findall(r"^reached: (\w+) is violated", out, re.MULTILINE)
     assert reached == check._properties((tla_dir() / "reach.cfg").read_text())
-    assert len(reached) == 5
+    assert len(reached) == 13
+
+
+def test_deep_config_is_a_bounded_simulation() -> None:
+    args, props = config_directives((tla_dir() / "deep.cfg").read_text())
+    assert args[0] == "-simulate" and "-depth" in args and "-seed" in args
+    assert props == ["-Dtlc2.TLC.stopAfter=540"]  # under 10 minutes
+    with pytest.raises(ValueError, match="tlc-args"):
+        config_directives("\\* kvprobe: tlc-args -deadlock\n")
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize(("mutant", "outcome"), [("none", "ok"), ("fail-resolves-hit", "invariant")])
+def test_deep_simulation_runs_and_catches_a_mutant(mutant: str, outcome: str, tmp_path: Path) -> None:
+    text = (tla_dir() / "deep.cfg").read_text().replace("stop-after 540", "stop-after 15")
+    cfg = tmp_path / "deep.cfg"
+    cfg.write_text(text.replace('Mutant = "none"', f'Mutant = "{mutant}"'))
+    result = run_tlc(tla_dir() / "MC.tla", cfg)
+    assert result.outcome == outcome, result.errors
+    if outcome == "ok":
+        assert result.generated is not None and result.generated > 1000

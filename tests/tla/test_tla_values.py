@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvprobe.check import format_trace
-from kvprobe.tlc import ModelValue, parse_messages, parse_state, parse_steps, parse_value
+from kvprobe.tlc import ModelValue, _read_result, coverage_line, parse_messages, parse_state, parse_steps, parse_value
 
 
 def test_values() -> None:
@@ -60,3 +60,28 @@ def test_counterexample_shows_only_what_changed() -> None:
     assert '  2. Lookup\n       phase = (k1 :> "PENDING")\n' in text
     assert text.count("down = FALSE") == 1  # unchanged in step 2, so shown once
     assert "-> Back to state 2 (via Cleanup)" in text
+
+
+COVERAGE_OUTPUT = """@!@!@STARTMSG 2773:0 @!@!@
+<Init line 149, col 1 to line 149, col 4 of module KVProbe>: 1:1
+@!@!@ENDMSG 2773 @!@!@
+@!@!@STARTMSG 2772:0 @!@!@
+<Lookup line 184, col 1 to line 184, col 12 of module KVProbe>: 7:9
+@!@!@ENDMSG 2772 @!@!@
+@!@!@STARTMSG 2221:0 @!@!@
+  line 185, col 8 to line 185, col 12 of module KVProbe: 340
+@!@!@ENDMSG 2221 @!@!@
+@!@!@STARTMSG 2772:0 @!@!@
+<Drain line 250, col 1 to line 250, col 5 of module KVProbe>: 3:30
+@!@!@ENDMSG 2772 @!@!@
+@!@!@STARTMSG 2772:0 @!@!@
+<Saturate line 400, col 1 to line 400, col 8 of module KVProbe>: 0:0
+@!@!@ENDMSG 2772 @!@!@
+"""
+
+
+def test_coverage_is_read_per_action_and_summarised() -> None:
+    result = _read_result(list(parse_messages(COVERAGE_OUTPUT.splitlines(keepends=True))), 0, 1.0)
+    assert result.coverage == {"Init": (1, 1), "Lookup": (7, 9), "Drain": (3, 30), "Saturate": (0, 0)}
+    assert coverage_line(result) == "coverage: Drain 30, Lookup 9; never fired: Saturate"
+    assert coverage_line(_read_result([], 0, 1.0)) == "coverage: no action statistics"
