@@ -9,11 +9,11 @@ import time
 from typing import Any
 
 import pytest
-from integ_harness import make_obj_backend, requires_nixl, requires_s3, resolve
+from integ_harness import make_obj_backend, requires_nixl, resolve
 
 from kvprobe.statemachine import AsyncLookupManager, FailureKind
 
-pytestmark = [requires_nixl, requires_s3]
+pytestmark = requires_nixl
 
 
 def test_missing_bucket_is_reported_at_construction(s3_server: Any) -> None:
