@@ -126,6 +126,88 @@ def measure_obj(n_keys: int, threads: Sequence[int], repeats: int) -> dict[str, 
     return out
 
 
+async def _harness_heads(port: int, path: str, n: int, conns: int) -> float:
+    """Keys/s of ``conns`` keep-alive connections sending ``n`` bare HEADs (the proxy + server path alone)."""
+    import asyncio
+
+    request = f"HEAD {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    left = n
+
+    async def worker() -> None:
+        nonlocal left
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while left > 0:
+            left -= 1
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 ")
+        writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(conns)))
+    return n / (time.perf_counter() - t0)
+
+
+def measure_rtt(cases: Sequence[tuple[int, float]], rounds: int) -> list[dict[str, float]]:
+    """NIXL OBJ keys/s with ``num_threads=N`` and ``rtt`` seconds added per request by the fault proxy.
+
+    Beside each, the harness's own rate (N connections of bare HEADs through
+    the same proxy and delay), and the target ``0.7 * min(N / rtt, harness)``.
+    """
+    import asyncio
+    import random
+
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+    from kvprobe.testing.faultproxy import FaultProxy
+    from kvprobe.testing.rgw import RgwServer
+
+    rng = random.Random(9)
+    out: list[dict[str, float]] = []
+    with RgwServer() as server, FaultProxy(server.endpoint_url) as proxy:
+        server.create_bucket("kvprobe-rtt")
+        creds = {**server.credentials(), "endpoint_url": proxy.endpoint_url}
+        for n, rtt in cases:
+            keys = [rng.randbytes(20) for _ in range(n * rounds)]
+            backend = NixlObjBackend("kvprobe-rtt", num_threads=n, deadline_s=600, **creds)
+            try:
+                proxy.configure(delay_s=rtt)
+                assert proxy.port is not None
+                harness = asyncio.run(_harness_heads(proxy.port, "/kvprobe-rtt/none", n * rounds, n))
+                proxy.configure(delay_s=rtt)
+                t0 = time.perf_counter()
+                assert backend.batch_lookup(keys, None) == [False] * len(keys)
+                rate = len(keys) / (time.perf_counter() - t0)
+                peak = proxy.stats()["peak_inflight"]
+            finally:
+                backend.close()
+            ideal = min(n / rtt, harness)
+            out.append({"N": n, "rtt_s": rtt, "keys_per_s": rate, "harness": harness, "ideal": ideal,
+                        "ratio": rate / ideal, "peak_in_flight": peak})  # fmt: skip
+    return out
+
+
+def time_to_verdicts(n_keys: int, rtt: float, threads: Sequence[int]) -> dict[int, float]:
+    """Seconds until a group of ``n_keys`` has its verdicts at ``rtt`` added per request, per ``num_threads``."""
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+    from kvprobe.testing.faultproxy import FaultProxy
+    from kvprobe.testing.rgw import RgwServer
+
+    keys = [i.to_bytes(8, "big") for i in range(n_keys)]
+    out: dict[int, float] = {}
+    with RgwServer() as server, FaultProxy(server.endpoint_url, delay_s=rtt) as proxy:
+        server.create_bucket("kvprobe-long")
+        creds = {**server.credentials(), "endpoint_url": proxy.endpoint_url}
+        for n in threads:
+            backend = NixlObjBackend("kvprobe-long", num_threads=n, deadline_s=600, **creds)
+            try:
+                t0 = time.perf_counter()
+                backend.batch_lookup(keys, None)
+                out[n] = time.perf_counter() - t0
+            finally:
+                backend.close()
+    return out
+
+
 def _line(name: str, values: list[float]) -> str:
     return f"| {name} | {statistics.median(values):,.0f} | {min(values):,.0f}-{max(values):,.0f} | {len(values)} |"
 
@@ -162,8 +244,18 @@ def rows(quick: bool) -> list[Row]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rtt", action="store_true", help="only the in-flight and long-prompt figures (issue 17.3)")
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)  # NIXL logs every agent it creates at INFO
+    if args.rtt:
+        print("| num_threads N | added RTT | NIXL OBJ keys/s | harness keys/s | min(N/RTT, harness) | ratio | peak in flight |")  # fmt: skip  # noqa: E501
+        print("|---|---|---|---|---|---|---|")
+        for r in measure_rtt([(16, 0.2), (64, 0.2), (256, 0.4)], rounds=6):
+            print(f"| {r['N']:.0f} | {r['rtt_s'] * 1000:.0f} ms | {r['keys_per_s']:,.0f} | {r['harness']:,.0f} | "
+                  f"{r['ideal']:,.0f} | {r['ratio']:.2f} | {r['peak_in_flight']:.0f} |")  # fmt: skip
+        for n, seconds in time_to_verdicts(3600, 0.02, (16, 64, 128, 256)).items():
+            print(f"3,600-key group at 20 ms RTT, num_threads={n}: {seconds:.2f} s to verdicts")
+        return 0
     n, group, reps, n_obj, threads, obj_reps = _params(args.quick)
     print(report(measure_files(n, group, reps), measure_obj(n_obj, threads, obj_reps)))
     return 0

@@ -226,3 +226,17 @@ def test_plain_http_server_is_a_typed_error_without_fd_leak(mode: str) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("n", [16, 64, 256])
+def test_num_threads_puts_n_heads_in_flight(s3_server: Any, bucket: str, proxy: Any, n: int) -> None:
+    """Issue 17 part 3: N HEADs in flight (one NIXL agent alone keeps ~25), seen at the proxy with 300 ms added."""
+    backend = _through(proxy, s3_server, bucket, num_threads=n, deadline_s=60)
+    try:
+        proxy.configure(delay_s=0.3)
+        assert backend.batch_lookup(_keys(2 * n), None) == [False] * (2 * n)
+        peak = proxy.stats()["peak_inflight"]
+        assert peak >= 0.9 * n, (n, peak)
+        assert peak <= n, (n, peak)
+    finally:
+        backend.close()
