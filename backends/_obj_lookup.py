@@ -42,7 +42,6 @@ from typing import Any
 __all__ = ["ChunkedLookup", "LookupCounters", "RetryPolicy"]
 
 
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """Backoff of failed chunks: ``min(cap_s, base_s * 2**attempt) * uniform(0.5, 1.5)``."""
