@@ -134,6 +134,9 @@ class LocalS3Server:
         self._log = tempfile.NamedTemporaryFile(prefix=f"kvprobe-{self.kind}-", suffix=".log", delete=False)
         self._frozen = False
         self._lock = threading.Lock()
+        # From here on the interpreter's exit closes it (deleting the log),
+        # even if it never started.
+        _LIVE.add(self)
 
     # --- addresses ---------------------------------------------------------------
 
@@ -262,7 +265,6 @@ class LocalS3Server:
                 # delivered to it, and no signal of ours reaches anything else.
                 start_new_session=True,
             )
-            _LIVE.add(self)
             try:
                 self._wait_answering()
             except BaseException:

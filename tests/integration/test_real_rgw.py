@@ -84,12 +84,16 @@ from kvprobe.testing.s3server import S3ServerError
 why = rgw_missing()
 assert why is not None and "\\n" not in why and "apt-get install" in why, why
 assert rgw_required() == (os.environ.get("KVPROBE_REQUIRE_RGW") == "1")
+server = RgwServer()
 try:
-    RgwServer().start()
+    server.start()
 except S3ServerError as exc:
     assert "apt-get install" in str(exc)
 else:
     raise SystemExit("started without Ceph")
+log = server.log_path
+server.close()
+assert not os.path.exists(log)
 print("ok")
 """
     env = {**os.environ, "PATH": "/nonexistent", "KVPROBE_REQUIRE_RGW": "1"}
