@@ -1,32 +1,47 @@
 """An S3 object-store tier probed through NIXL's OBJ plugin.
 
-A group is one ``query_memory(descs, "OBJ", "OBJ")`` call with descriptors
-``(0, 1, 0, object_name)``; NIXL issues the HEAD requests in parallel on
-``num_threads`` threads.  It answers a dict for an existing object (possibly
-empty: test with ``is not None``) and ``None`` for a 404; any other failure of
-any key (unreachable endpoint, timeout, 403, 5xx) raises for the whole call,
-and the manager resolves the group as MISS.
+A key is looked up with a HEAD request, through NIXL: ``query_memory(descs,
+"OBJ", "OBJ")`` with descriptors ``(0, 1, 0, object_name)`` answers a dict
+for an existing object (possibly empty) and ``None`` for a 404; any other
+failure of any one HEAD raises for the whole query.
+
+How a group is looked up (see :mod:`kvprobe.backends._obj_lookup`): its keys
+are cut into chunks of ``agent_threads`` keys, queried on a shared pool of
+``ceil(num_threads / agent_threads)`` threads, each with its own NIXL agent,
+so ``num_threads`` HEADs are in flight per backend (one NIXL agent alone
+keeps about 25 in flight whatever its own ``num_threads`` says).  A chunk
+whose query fails (``503 SlowDown``, ``500``, a reset, a timeout) is split
+and retried with jittered exponential backoff, so one key's failure never
+decides another key's verdict for long; at ``deadline_s`` the call returns,
+and each key still without an answer reads as MISS, counted by cause in
+:attr:`NixlObjBackend.stats`.  If not a single key was answered the call
+raises :class:`ObjStoreUnavailableError` instead (the manager then counts a
+backend error and answers MISS for the group).  Set the manager's
+``lookup_timeout_s`` a little above ``deadline_s``: the call then always
+returns before the manager gives up on it, and no caller thread is stranded.
 
 Bounding the AWS SDK (inside NIXL).  By default the SDK retries each failed
 HEAD about ten times with back-off: with the server down that is ~25 s per
-key, ``num_threads`` keys at a time.  Before each ``create_backend`` this
-module sets ``AWS_RETRY_MODE=standard`` and ``AWS_MAX_ATTEMPTS=<max_attempts>``
-(default 1: no retry) in the process environment, under a lock, and restores
-the previous values right after (the SDK reads them when the client is built;
-verified here: the setting sticks).  NIXL exposes no connect/request
-timeouts; the SDK's defaults apply (measured here: a refused connection fails
-in well under 1 ms per key; a frozen server costs about 3 s per key, so a
-group of N keys takes about ``ceil(N / num_threads) * 3`` s).  Give the
-manager a ``lookup_timeout_s`` so a frozen server never holds the scheduler:
-a call past it is reported as TIMEOUT, and because each concurrent call uses
-its own agent (up to ``max_agents``) later groups are not queued behind it.
+key.  Before each ``create_backend`` this module sets
+``AWS_RETRY_MODE=standard`` and ``AWS_MAX_ATTEMPTS=<max_attempts>`` (default
+1: the SDK does not retry; this module does, within the deadline) in the
+process environment, under a lock, and restores the previous values right
+after (the SDK reads them when the client is built).  NIXL exposes no
+connect/request timeouts; the SDK's defaults apply (a frozen server costs
+about 3 s per HEAD): a HEAD still on the wire at the deadline finishes in
+its pool thread and its answer is dropped, while queued chunks are
+cancelled, so a frozen server holds at most ``num_threads`` HEADs and
+recovery after it thaws is immediate.
 
-Connection check at construction: a ``HeadBucket`` through ``boto3`` (the
-``s3`` extra) with one attempt and short timeouts, because a missing bucket
-is invisible to ``query_memory`` (every key just looks missing); then one
-NIXL query of a probe name, which fails at once for an unreachable endpoint
-or rejected credentials.  Without ``boto3`` only the NIXL probe runs and a
-missing bucket cannot be told from an empty one (a warning says so).
+Connection check at construction: a ``HeadBucket`` and a ``HeadObject`` of a
+random name through ``boto3`` (the ``s3`` extra) with one attempt and short
+timeouts, because a missing bucket is invisible to ``query_memory`` (every
+key just looks missing), and because a server that is not S3 (a plain web
+server answering 200 to everything) would make every key look stored: the
+bucket answer must carry S3's ``x-amz-`` headers and the random name must be
+absent.  Then one NIXL query of a probe name.  Any failure raises
+:class:`ObjStoreUnavailableError` naming the endpoint and the cause.  Without
+``boto3`` only the NIXL probe runs (a warning says what is not checked).
 
 Writers (``store``/``remove``) PUT and DELETE through ``boto3``, an S3 client
 independent of NIXL, so tests check NIXL's verdicts against a separate truth.
@@ -34,8 +49,10 @@ independent of NIXL, so tests check NIXL's verdicts against a separate truth.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,6 +60,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kvprobe.backends._nixl_import import AgentPool
+from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
 from kvprobe.backends.base import Key
 from kvprobe.backends.layout import relative_name
 
@@ -104,13 +122,21 @@ class NixlObjBackend:
         region: None reads ``AWS_REGION``, then ``AWS_DEFAULT_REGION``, else
             ``us-east-1``.
         prefix: prepended to every object name; a ``/`` is added if missing.
-        num_threads: parallel HEADs per query (NIXL's OBJ ``num_threads``).
-        max_attempts: ``AWS_MAX_ATTEMPTS`` for the SDK (1 = no retries);
-            None leaves the environment alone (the SDK then retries ~10
-            times with back-off: tens of seconds per key during an outage).
+        num_threads: HEADs in flight per backend, shared by concurrent
+            ``batch_lookup`` calls (1..1024).
+        agent_threads: HEADs per NIXL agent and keys per first query (NIXL's
+            OBJ ``num_threads``; one agent keeps at most ~25 in flight).
+        deadline_s: a ``batch_lookup`` returns within this many seconds;
+            keys unanswered by then read as MISS (set the manager's
+            ``lookup_timeout_s`` a little above it).
+        retry_base_s, retry_cap_s: backoff of a failed chunk's retry,
+            ``min(cap, base * 2**attempt)`` times a jitter in [0.5, 1.5].
+        max_attempts: ``AWS_MAX_ATTEMPTS`` for the SDK (1 = the SDK does
+            not retry; this backend retries within ``deadline_s``).  None
+            leaves the environment alone (the SDK then retries ~10 times with
+            back-off: tens of seconds per key during an outage).
         connect_timeout_s: timeouts of the boto3 connection check and writers.
-        max_agents: concurrent ``batch_lookup`` calls allowed (one NIXL agent
-            each, each with ``num_threads`` threads).
+        seed: seeds the retry jitter (None: from the OS).
         extra_params: more OBJ ``create_backend`` parameters (strings), e.g.
             ``use_virtual_addressing`` or ``ca_bundle``; they override ours.
         check: run the connection check (see the module docstring).
@@ -119,7 +145,8 @@ class NixlObjBackend:
         ImportError: NIXL or its OBJ plugin is missing (names ``kvprobe[nixl]``).
         TypeError / ValueError: a malformed argument.
         BucketNotFoundError: the bucket does not exist (needs boto3).
-        ObjStoreUnavailableError: the endpoint is unreachable or rejects us.
+        ObjStoreUnavailableError: the endpoint is unreachable, rejects us,
+            or is not an S3 server (the message names endpoint and cause).
         RuntimeError: NIXL could not create the agent or backend.
         No agent is left alive after any of these.
     """
@@ -132,19 +159,27 @@ class NixlObjBackend:
         secret_key: str | None = None,
         region: str | None = None,
         prefix: str = "",
-        num_threads: int = 16,
+        num_threads: int = 64,
         *,
+        agent_threads: int = 16,
+        deadline_s: float = 5.0,
+        retry_base_s: float = 0.02,
+        retry_cap_s: float = 0.5,
         session_token: str | None = None,
         max_attempts: int | None = 1,
         connect_timeout_s: float = 2.0,
-        max_agents: int = 8,
+        seed: int | None = None,
         extra_params: Mapping[str, str] | None = None,
         check: bool = True,
     ) -> None:
         if not isinstance(bucket, str) or len(bucket) < 3:
             raise ValueError(f"bucket must be a name of at least 3 characters, got {bucket!r}")
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+        for name, value, top in (("num_threads", num_threads, 1024), ("agent_threads", agent_threads, 256)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise ValueError(f"{name} must be an int in [1, {top}], got {value!r}")
+        for name, seconds in (("deadline_s", deadline_s), ("retry_base_s", retry_base_s), ("retry_cap_s", retry_cap_s)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+                raise ValueError(f"{name} must be a number of seconds in (0, 3600], got {seconds!r}")
         if max_attempts is not None and (
             isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
         ):
@@ -154,6 +189,9 @@ class NixlObjBackend:
         self.endpoint_url = endpoint_url if endpoint_url is not None else os.environ.get("AWS_ENDPOINT_URL")
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.num_threads = num_threads
+        self.agent_threads = min(agent_threads, num_threads)
+        self.agents = math.ceil(num_threads / self.agent_threads)
+        self.deadline_s = float(deadline_s)
         self.max_attempts = max_attempts
         self.connect_timeout_s = float(connect_timeout_s)
         self._access_key = access_key if access_key is not None else os.environ.get("AWS_ACCESS_KEY_ID")
@@ -161,7 +199,7 @@ class NixlObjBackend:
         self._session_token = session_token if session_token is not None else os.environ.get("AWS_SESSION_TOKEN")
         self._s3: Any = None
 
-        params = {"bucket": bucket, "region": self.region, "num_threads": str(num_threads)}
+        params = {"bucket": bucket, "region": self.region, "num_threads": str(self.agent_threads)}
         if self.endpoint_url:
             parsed = urlparse(self.endpoint_url)
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -180,14 +218,21 @@ class NixlObjBackend:
             "obj",
             "OBJ",
             params,
-            max_agents=max_agents,
+            max_agents=self.agents + 1,  # one more for check_connection while lookups run
             before_create=lambda: _bounded_sdk_retries(max_attempts),
+        )
+        self._engine = ChunkedLookup(
+            self._query,
+            agents=self.agents,
+            chunk=self.agent_threads,
+            retry=RetryPolicy(float(retry_base_s), float(retry_cap_s)),
+            seed=seed,
         )
         if check:
             try:
                 self.check_connection()
             except BaseException:
-                self._pool.close()
+                self.close()
                 raise
 
     # --- the BlockStore protocol ------------------------------------------------
@@ -206,23 +251,46 @@ class NixlObjBackend:
         return self.prefix + relative_name(key)
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
-        """One verdict per key from a single ``query_memory`` call (parallel HEADs).
+        """One verdict per key, within ``deadline_s`` (chunked parallel HEADs, failed chunks retried).
+
+        A key whose HEADs kept failing, or were still running, at the
+        deadline reads as ``False`` (counted in :attr:`stats`).
 
         Raises:
             TypeError: a key is not ``bytes`` (before NIXL is called).
-            RuntimeError: the backend is closed or all its agents are busy.
-            Exception: NIXL's error (e.g. ``nixlBackendError``) when any HEAD
-                failed with anything but 404; the manager turns it into MISS.
+            RuntimeError: the backend is closed.
+            ObjStoreUnavailableError: not one key was answered by the deadline
+                (the store is down, frozen or refusing every request); the
+                manager turns it into MISS for the group.
         """
         del req_context
         if not keys:
             return []
-        descs = [(0, 1, 0, self.locate(k)) for k in keys]
+        names = [self.locate(k) for k in keys]
+        verdicts, answered = self._engine.run(names, self.deadline_s)
+        if answered == 0:
+            raise ObjStoreUnavailableError(
+                f"{self._where()}: none of {len(names)} keys answered within {self.deadline_s} s "
+                f"(counters so far: {self._engine.counters.snapshot()})"
+            )
+        return verdicts
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters of the lookups so far (see :class:`kvprobe.backends._obj_lookup.LookupCounters`).
+
+        ``calls``, ``keys``, ``queries`` (NIXL queries), ``failed_queries``,
+        ``retried_keys``, and the keys answered MISS for want of an answer at
+        the deadline, by cause: ``miss_failing`` (their HEADs kept failing:
+        throttled or erroring), ``miss_in_flight`` (still running: slow or
+        frozen server), ``miss_not_started`` (the pool was busy).
+        """
+        return self._engine.counters.snapshot()
+
+    def _query(self, names: Sequence[str]) -> list[Any]:
         with self._pool.agent() as agent:
-            answers: list[Any] = agent.query_memory(descs, "OBJ", "OBJ")
-        if len(answers) != len(descs):
-            raise RuntimeError(f"NIXL OBJ answered {len(answers)} results for {len(descs)} objects")
-        return [a is not None for a in answers]
+            answers: list[Any] = agent.query_memory([(0, 1, 0, name) for name in names], "OBJ", "OBJ")
+        return answers
 
     def store(self, key: Key, data: bytes = b"") -> None:
         """PUT ``key``'s block (through boto3, independent of NIXL).
@@ -258,7 +326,7 @@ class NixlObjBackend:
             ObjStoreUnavailableError: unreachable, timed out, or rejected
                 (HeadBucket, or NIXL's probe query raised).
         """
-        where = f"bucket {self.bucket!r} at {self.endpoint_url or 'AWS'}"
+        where = self._where()
         try:
             client = self._client()
         except ImportError:
@@ -272,7 +340,7 @@ class NixlObjBackend:
             from botocore.exceptions import BotoCoreError, ClientError
 
             try:
-                client.head_bucket(Bucket=self.bucket)
+                answer = client.head_bucket(Bucket=self.bucket)
             except ClientError as exc:
                 code = str(exc.response.get("Error", {}).get("Code", ""))
                 status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -281,6 +349,28 @@ class NixlObjBackend:
                 raise ObjStoreUnavailableError(f"{where}: HeadBucket failed: {exc}") from exc
             except BotoCoreError as exc:
                 raise ObjStoreUnavailableError(f"{where} is unreachable: {exc}") from exc
+            except Exception as exc:
+                # e.g. RecursionError: botocore follows a plain web server's
+                # redirect to itself without end.
+                raise ObjStoreUnavailableError(
+                    f"{where}: not an S3 answer to HeadBucket ({type(exc).__name__}: {exc})"
+                ) from exc
+            headers = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+            if not any(str(name).lower().startswith("x-amz-") for name in headers):
+                raise ObjStoreUnavailableError(
+                    f"{where}: the endpoint answered HeadBucket without any x-amz- header: not an S3 server"
+                )
+            absent = f"{self.prefix}kvprobe-connection-check/{uuid.uuid4().hex}"
+            try:
+                client.head_object(Bucket=self.bucket, Key=absent)
+            except ClientError:
+                pass  # 404 expected (403 too: a store may hide absence behind permissions)
+            except Exception as exc:
+                raise ObjStoreUnavailableError(f"{where}: HeadObject failed ({type(exc).__name__}: {exc})") from exc
+            else:
+                raise ObjStoreUnavailableError(
+                    f"{where}: a random object name {absent!r} reads as stored: not an S3 server"
+                )
         try:
             with self._pool.agent() as agent:
                 agent.query_memory([(0, 1, 0, self.prefix + _PROBE_NAME)], "OBJ", "OBJ")
@@ -288,9 +378,19 @@ class NixlObjBackend:
             raise ObjStoreUnavailableError(f"{where}: NIXL cannot query it ({type(exc).__name__}: {exc})") from exc
 
     def close(self) -> None:
-        """Release the NIXL agents; later lookups raise RuntimeError.  Idempotent."""
+        """Release the pool's threads and the NIXL agents; later lookups raise RuntimeError.  Idempotent.
+
+        A query still running finishes in its thread first (bounded by the
+        SDK's request timeout); its agent is released then.
+        """
+        self._engine.close()
         self._pool.close()
-        self._s3 = None
+        client, self._s3 = self._s3, None
+        if client is not None:
+            client.close()
+
+    def _where(self) -> str:
+        return f"bucket {self.bucket!r} at {self.endpoint_url or 'AWS'}"
 
     def __enter__(self) -> NixlObjBackend:
         return self

@@ -1,8 +1,12 @@
-"""A real local S3 server for tests and demos: ``moto_server`` in a child process.
+"""Local S3 servers for tests and demos, on loopback, stopped by their own pids.
 
-:class:`S3Server` starts ``python -m moto.server`` (the ``s3`` extra) on a free
-loopback port, waits until it answers HTTP, and stops it by its own process
-id (never by name).  It can go away and come back **on the same port**, which
+:class:`LocalS3Server` is what every local server shares: a gateway child
+process on a free loopback port, credentials, bucket creation, and the
+outage controls below.  :class:`S3Server` is the ``moto_server`` one (the
+``s3`` extra: a mock, in memory, one request at a time);
+:class:`kvprobe.testing.rgw.RgwServer` is a real Ceph RADOS Gateway.  Each
+waits until the server answers HTTP, stops it by its own process id (never
+by name), and can take it away and bring it back **on the same port**, which
 is what outage and fault-injection tests need:
 
 =================  ==========================================================
@@ -11,9 +15,9 @@ is what outage and fault-injection tests need:
                    objects of the buckets made through this object are copied
                    out first and put back by the next ``start()``, as a real
                    server would keep them.
-``kill()``         crash: SIGKILL at once; the data is lost (moto keeps
-                   everything in memory).  ``start()`` re-creates the buckets,
-                   empty.
+``kill()``         crash: SIGKILL at once.  moto loses its data (it keeps
+                   everything in memory; ``start()`` re-creates the buckets,
+                   empty); RGW keeps it (the objects live in its OSD).
 ``freeze()``       a hung server: SIGSTOP.  The port still accepts TCP
                    connections (the kernel's backlog) but nothing answers, so
                    clients wait for their own timeouts.
@@ -26,7 +30,7 @@ Every state change is synchronous: when a method returns, the server is
 answering (``start``, ``thaw``) or refusing connections (``stop``, ``kill``),
 except ``freeze``, which returns once the process is stopped.  Servers still
 running when the interpreter exits are killed by an ``atexit`` hook, so a
-crashed test run leaves no ``moto_server`` behind.
+crashed test run leaves no server behind.
 
 Example::
 
@@ -53,11 +57,12 @@ import urllib.error
 import urllib.request
 import weakref
 from types import TracebackType
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
-__all__ = ["S3Credentials", "S3Server", "S3ServerError", "free_port"]
+__all__ = ["LocalS3Server", "S3Credentials", "S3Server", "S3ServerError", "free_port"]
 
-_LIVE: weakref.WeakSet[S3Server] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[LocalS3Server] = weakref.WeakSet()
+_Server = TypeVar("_Server", bound="LocalS3Server")
 
 
 class S3Credentials(TypedDict):
@@ -81,21 +86,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-class S3Server:
-    """A ``moto_server`` child process on a loopback port.
+class LocalS3Server:
+    """An S3 gateway child process on a loopback port (subclasses say which).
+
+    Subclasses provide :meth:`_command` (the gateway's argv) and may override
+    the hooks :meth:`_prepare` (before each gateway start), :meth:`_after_start`,
+    :meth:`_before_stop`, :meth:`_on_kill` and :meth:`_release` (at close).
 
     Args:
         host: loopback address to bind (only loopback is allowed).
         port: fixed port, or None to pick a free one at the first start (the
             same port is then reused by every later ``start``).
-        access_key, secret_key, region: what :meth:`credentials` hands to
-            clients (moto accepts any credentials).
+        access_key, secret_key, region: what :meth:`credentials` hands to clients.
         startup_timeout_s: how long ``start`` waits for the server to answer.
         stop_timeout_s: how long ``stop`` waits after SIGTERM before SIGKILL.
 
     Raises:
         ValueError: ``host`` is not a loopback address.
     """
+
+    #: Name used in messages and log file names.
+    kind = "s3-server"
 
     def __init__(
         self,
@@ -109,7 +120,7 @@ class S3Server:
         stop_timeout_s: float = 5.0,
     ) -> None:
         if not host.startswith("127.") and host != "localhost":
-            raise ValueError(f"S3Server binds loopback addresses only, got {host!r}")
+            raise ValueError(f"{type(self).__name__} binds loopback addresses only, got {host!r}")
         self.host = host
         self.port = port
         self.access_key = access_key
@@ -120,10 +131,12 @@ class S3Server:
         self.buckets: list[str] = []
         self._proc: subprocess.Popen[bytes] | None = None
         # Created here, deleted by close(); the server writes its output to it.
-        self._log = tempfile.NamedTemporaryFile(prefix="kvprobe-moto-", suffix=".log", delete=False)
-        self._saved: dict[str, dict[str, bytes]] = {}
+        self._log = tempfile.NamedTemporaryFile(prefix=f"kvprobe-{self.kind}-", suffix=".log", delete=False)
         self._frozen = False
         self._lock = threading.Lock()
+        # From here on the interpreter's exit closes it (deleting the log),
+        # even if it never started.
+        _LIVE.add(self)
 
     # --- addresses ---------------------------------------------------------------
 
@@ -218,12 +231,13 @@ class S3Server:
 
     # --- lifecycle ---------------------------------------------------------------
 
-    def start(self) -> S3Server:
+    def start(self: _Server) -> _Server:
         """Start the server (same port as before, if any) and wait until it answers.
 
-        Re-creates the buckets made through :meth:`create_bucket` and puts back
-        the objects a previous ``stop(keep_data=True)`` saved.  Does nothing if
-        the server is already running (a frozen one is thawed).
+        Buckets made through :meth:`create_bucket` exist again afterwards
+        (moto: re-created, with the objects a ``stop(keep_data=True)``
+        saved).  Does nothing if the server is already running (a frozen one
+        is thawed).
 
         Raises:
             S3ServerError: the process exited or did not answer within
@@ -239,10 +253,11 @@ class S3Server:
             if self.port is None:
                 self.port = free_port(self.host)
             self._wait_port_free()
+            self._prepare()
             self._log.seek(0)
             self._log.truncate()
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
+                self._command(),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
@@ -250,14 +265,13 @@ class S3Server:
                 # delivered to it, and no signal of ours reaches anything else.
                 start_new_session=True,
             )
-            _LIVE.add(self)
             try:
                 self._wait_answering()
             except BaseException:
                 self._terminate(graceful=False)
                 raise
             self._frozen = False
-        self._restore()
+        self._after_start()
         return self
 
     def stop(self, *, keep_data: bool = True) -> None:
@@ -277,15 +291,14 @@ class S3Server:
             if self._frozen:
                 self._signal(signal.SIGCONT)
                 self._frozen = False
-        if keep_data:
-            self._snapshot()
+        self._before_stop(keep_data)
         with self._lock:
             self._terminate(graceful=True)
 
     def kill(self) -> None:
-        """Crash: SIGKILL now; the objects are lost (buckets come back empty)."""
+        """Crash: SIGKILL the gateway now (moto loses its objects; RGW keeps them)."""
         with self._lock:
-            self._saved = {}
+            self._on_kill()
             self._frozen = False
             if self.running:
                 self._terminate(graceful=False)
@@ -318,12 +331,13 @@ class S3Server:
     def close(self) -> None:
         """Stop for good (data discarded) and delete the log file.  Idempotent."""
         self.kill()
+        self._release()
         _LIVE.discard(self)
         with contextlib.suppress(OSError):
             self._log.close()
             os.unlink(self._log.name)
 
-    def __enter__(self) -> S3Server:
+    def __enter__(self: _Server) -> _Server:
         return self.start()
 
     def __exit__(
@@ -333,7 +347,27 @@ class S3Server:
 
     def __repr__(self) -> str:
         state = "frozen" if self.frozen else "running" if self.running else "stopped"
-        return f"<S3Server {self.host}:{self.port} {state} pid={self.pid}>"
+        return f"<{type(self).__name__} {self.host}:{self.port} {state} pid={self.pid}>"
+
+    # --- hooks of the subclasses --------------------------------------------------
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _prepare(self) -> None:
+        """Before each gateway start, with the lock held (e.g. boot a cluster)."""
+
+    def _after_start(self) -> None:
+        """After the gateway answers, without the lock."""
+
+    def _before_stop(self, keep_data: bool) -> None:
+        """Before a graceful stop, while the gateway still answers."""
+
+    def _on_kill(self) -> None:
+        """Before SIGKILL, with the lock held."""
+
+    def _release(self) -> None:
+        """At close, after the gateway is gone: stop everything else, delete files."""
 
     # --- internals ---------------------------------------------------------------
 
@@ -357,7 +391,7 @@ class S3Server:
             try:
                 proc.wait(self.stop_timeout_s)
             except subprocess.TimeoutExpired as exc:
-                raise S3ServerError(f"moto_server pid {proc.pid} survived SIGKILL") from exc
+                raise S3ServerError(f"{self.kind} pid {proc.pid} survived SIGKILL") from exc
         self._proc = None
         self._frozen = False
         self._wait_port_free()
@@ -376,12 +410,12 @@ class S3Server:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
-                raise S3ServerError(f"moto_server exited during start-up:\n{self._log_tail()}")
+                raise S3ServerError(f"{self.kind} exited during start-up:\n{self._log_tail()}")
             if self._answers(0.5):
                 return
             time.sleep(0.05)
         raise S3ServerError(
-            f"moto_server did not answer on {self.endpoint_url} within {self.startup_timeout_s} s:\n{self._log_tail()}"
+            f"{self.kind} did not answer on {self.endpoint_url} within {self.startup_timeout_s} s:\n{self._log_tail()}"
         )
 
     def _wait_port_free(self) -> None:
@@ -403,6 +437,34 @@ class S3Server:
                 return f.read()[-limit:].decode(errors="replace")
         except OSError:
             return "(no log)"
+
+
+class S3Server(LocalS3Server):
+    """A ``moto_server`` child process on a loopback port (moto accepts any credentials).
+
+    Same arguments and errors as :class:`LocalS3Server`.  ``stop`` copies the
+    objects out first and the next ``start`` puts them back; ``kill`` loses
+    them (moto keeps everything in memory).
+    """
+
+    kind = "moto"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._saved: dict[str, dict[str, bytes]] = {}
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)]
+
+    def _after_start(self) -> None:
+        self._restore()
+
+    def _before_stop(self, keep_data: bool) -> None:
+        if keep_data:
+            self._snapshot()
+
+    def _on_kill(self) -> None:
+        self._saved = {}
 
     def _snapshot(self) -> None:
         saved: dict[str, dict[str, bytes]] = {}
@@ -435,4 +497,4 @@ class S3Server:
 def _kill_leftovers() -> None:
     for server in list(_LIVE):
         with contextlib.suppress(Exception):
-            server.kill()
+            server.close()

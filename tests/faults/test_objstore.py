@@ -1,19 +1,19 @@
-"""Object-store faults: NixlObjBackend against a real local S3 server (moto).
+"""Object-store faults: NixlObjBackend against a real S3 server (Ceph RGW on loopback).
 
-The server (:class:`kvprobe.testing.s3server.S3Server`) is a child process on
-a loopback port that can stop and come back on the same port with its
-objects, and freeze (SIGSTOP) and thaw.  Wrong credentials use moto's own
-authentication switch: ``POST /moto-api/reset-auth`` with ``0`` makes every
-later request need credentials moto knows (ours are not registered), ``inf``
-turns checking off again.
+The server (:class:`kvprobe.testing.rgw.RgwServer`) is a single-node Ceph
+cluster whose gateway can stop and come back on the same port (the objects
+stay in the cluster), crash (SIGKILL), and freeze (SIGSTOP) and thaw.  Wrong
+credentials: the gateway user is suspended (``radosgw-admin user suspend``),
+so every request is refused with 403 until it is enabled again.
 
-Every test leaves the server answering, unfrozen and with authentication off.
+Every test leaves the server answering, unfrozen and with the user enabled.
+Without Ceph the tests skip with one line saying how to install it, or fail
+under ``KVPROBE_REQUIRE_RGW=1``.
 """
 
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,43 +23,31 @@ from fault_harness import Reliability, counters, drive, finish, keys, still_serv
 from kvprobe.statemachine import AsyncLookupManager, ThreadedWorker
 
 
-def _missing() -> str | None:
-    for module in ("moto.server", "boto3"):
-        try:
-            __import__(module)
-        except ImportError as exc:
-            return f"{module} is not installed (pip install 'kvprobe[s3]'): {exc}"
+def _nixl_missing() -> str | None:
     from kvprobe.backends._nixl_import import nixl_unavailable
 
     why = nixl_unavailable()
     return None if why is None else f"NIXL not importable: {why}"
 
 
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+pytestmark = pytest.mark.skipif(_nixl_missing() is not None, reason=str(_nixl_missing()))
 
 
 @pytest.fixture(scope="module")
 def _server() -> Iterator[Any]:
-    from kvprobe.testing.s3server import S3Server
+    from kvprobe.testing.rgw import RgwServer, rgw_missing, rgw_required
 
-    server = S3Server()
+    why = rgw_missing()
+    if why is not None:
+        if rgw_required():
+            pytest.fail(f"KVPROBE_REQUIRE_RGW=1 but {why}", pytrace=False)
+        pytest.skip(why)
+    server = RgwServer()
     server.start()
     try:
         yield server
     finally:
         server.close()
-
-
-def _set_auth(server: Any, count: str) -> None:
-    # moto reads the body as a float: "0" checks every request, "inf" none.
-    request = urllib.request.Request(
-        server.endpoint_url + "/moto-api/reset-auth",
-        data=count.encode(),
-        method="POST",
-        headers={"Content-Type": "text/plain"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
 
 
 @pytest.fixture
@@ -70,7 +58,7 @@ def s3(_server: Any) -> Iterator[Any]:
         _server.start()
     elif _server.frozen:
         _server.thaw()
-    _set_auth(_server, "inf")
+    _server.suspend_user(False)
 
 
 _bucket_ids = iter(range(1, 1_000_000))
@@ -125,7 +113,7 @@ def test_server_stopped_mid_run_then_started_again(s3: Any, bucket: str, reliabi
             still_serves(m, backend.store)
             reliability.record(
                 "S3 server stopped mid-run (a run racing the stop, then requests during the outage)",
-                "NixlObjBackend + moto",
+                "NixlObjBackend + Ceph RGW",
                 delivered=len(mid.verdicts) + len(during.verdicts),
                 asked=16,
                 # The outage requests' time: the racing run's includes stop() itself.
@@ -135,7 +123,7 @@ def test_server_stopped_mid_run_then_started_again(s3: Any, bucket: str, reliabi
             )
             reliability.record(
                 "S3 server started again (same manager): true verdicts",
-                "NixlObjBackend + moto",
+                "NixlObjBackend + Ceph RGW",
                 delivered=sum(after.values),
                 asked=8,
                 seconds=after.seconds,
@@ -148,9 +136,9 @@ def test_server_stopped_mid_run_then_started_again(s3: Any, bucket: str, reliabi
 
 def test_server_killed_with_calls_in_flight(s3: Any, bucket: str, reliability: Reliability) -> None:
     # A crash while HEADs are on the wire: freeze the server so the calls
-    # hang, then SIGKILL it (connections reset).  moto keeps data in memory,
-    # so the restarted server has the bucket but no objects: the writer
-    # stores them again, as a real tier would be refilled.
+    # hang, then SIGKILL the gateway (connections reset).  The objects stay
+    # in the cluster; the writer stores them again anyway, as a tier whose
+    # store lost them would be refilled.
     backend = _backend(s3, bucket)
     stored = keys("stored", 6)
     for key in stored:
@@ -180,7 +168,7 @@ def test_server_killed_with_calls_in_flight(s3: Any, bucket: str, reliability: R
             assert finish(m, ["after"]) == 0
             reliability.record(
                 "S3 server killed (SIGKILL) with calls in flight, restarted and refilled",
-                "NixlObjBackend + moto",
+                "NixlObjBackend + Ceph RGW",
                 delivered=len(crashed.verdicts),
                 asked=6,
                 seconds=crashed.seconds,
@@ -237,7 +225,7 @@ def test_server_frozen_beyond_lookup_timeout(s3: Any, bucket: str, reliability: 
             assert leaked == 0
             reliability.record(
                 "S3 server frozen (SIGSTOP) beyond lookup_timeout_s=1 s, then thawed",
-                "NixlObjBackend + moto",
+                "NixlObjBackend + Ceph RGW",
                 delivered=len(frozen.verdicts),
                 asked=12,
                 seconds=frozen.seconds,
@@ -280,7 +268,7 @@ def test_bucket_deleted(s3: Any, bucket: str, reliability: Reliability) -> None:
             still_serves(m, backend.store)
             reliability.record(
                 "bucket deleted mid-run, re-created later",
-                "NixlObjBackend + moto",
+                "NixlObjBackend + Ceph RGW",
                 delivered=len(result.verdicts),
                 asked=6,
                 seconds=result.seconds,
@@ -304,7 +292,7 @@ def test_wrong_credentials(s3: Any, bucket: str, reliability: Reliability) -> No
             assert drive(m, {"before": stored}).values == [True] * 4
             assert finish(m, ["before"]) == 0
 
-            _set_auth(s3, "0")  # from now on our credentials are rejected (403)
+            s3.suspend_user(True)  # from now on our credentials are rejected (403)
             # A new backend with them fails at once, with a typed error.
             started = time.monotonic()
             with pytest.raises(ObjStoreUnavailableError, match=r"403|Forbidden|InvalidAccessKeyId"):
@@ -318,11 +306,11 @@ def test_wrong_credentials(s3: Any, bucket: str, reliability: Reliability) -> No
             leaked = finish(m, ["r1", "r2"])
             assert leaked == 0
 
-            _set_auth(s3, "inf")  # credentials accepted again
+            s3.suspend_user(False)  # credentials accepted again
             still_serves(m, backend.store)
             reliability.record(
                 "wrong credentials (server starts rejecting them: 403)",
-                "NixlObjBackend + moto",
+                "NixlObjBackend + Ceph RGW",
                 delivered=len(result.verdicts),
                 asked=4,
                 seconds=result.seconds,

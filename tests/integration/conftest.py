@@ -1,8 +1,8 @@
 """Fixtures of the integration tests: real backends on real storage.
 
-* ``s3_server``: one ``moto_server`` per test session (started on a free
-  loopback port, stopped by its process at the end); see
-  :mod:`kvprobe.testing.s3server`.  Tests that stop, kill or freeze it must
+* ``s3_server``: one Ceph RGW cluster per test session (a real S3 server,
+  started on free loopback ports, stopped by its processes at the end); see
+  :mod:`kvprobe.testing.rgw`.  Tests that stop, kill or freeze it must
   leave it running (``start()``/``thaw()``) when they finish; the
   ``s3_server`` fixture checks that after each test that used it.
 * ``bucket``: a fresh bucket on that server for one test.
@@ -10,7 +10,8 @@
   yields a backend that can write its own ground truth, and closes it.
 
 NIXL tests skip (with the reason) only when NIXL cannot be imported; S3
-tests skip only when moto or boto3 is missing.  CI installs both.
+tests skip only when Ceph RGW or boto3 is missing, with one line saying how
+to install, and fail instead under ``KVPROBE_REQUIRE_RGW=1`` (CI sets it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integ_harness import BACKENDS, make_obj_backend, s3_missing
+from integ_harness import BACKENDS, make_obj_backend, skip_unless_rgw
 
 from kvprobe.backends import FsBackend
 
@@ -31,12 +32,10 @@ _bucket_ids = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def _s3_session() -> Iterator[Any]:
-    reason = s3_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    from kvprobe.testing.s3server import S3Server
+    skip_unless_rgw()
+    from kvprobe.testing.rgw import RgwServer
 
-    server = S3Server()
+    server = RgwServer()
     server.start()
     try:
         yield server

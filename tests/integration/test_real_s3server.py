@@ -1,4 +1,4 @@
-"""The S3 server manager: outages on the same port, crash, freeze, clean exit."""
+"""The moto S3 server manager: outages on the same port, crash, freeze, clean exit."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import socket
 import time
 
 import pytest
-from integ_harness import requires_s3
+from integ_harness import requires_moto
 
-pytestmark = requires_s3
+pytestmark = requires_moto
 
 
 def _refuses(host: str, port: int) -> bool:

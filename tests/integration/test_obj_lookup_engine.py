@@ -1,0 +1,121 @@
+"""The object backend's lookup engine on a fake store: chunking, per-key retries, the deadline, counters.
+
+No S3 and no NIXL: ``query(names)`` is a function that answers like NIXL
+(one answer per name, ``None`` when absent) and fails the whole query when
+any name in it is marked failing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
+
+
+class FakeStore:
+    def __init__(self, stored: set[str], fail_times: dict[str, int], delay_s: float = 0.0) -> None:
+        self.stored = stored
+        self.fail_times = Counter(fail_times)  # how many more times a query holding the name fails
+        self.delay_s = delay_s
+        self.sizes: list[int] = []
+        self.lock = threading.Lock()
+        self.concurrent = 0
+        self.peak = 0
+
+    def query(self, names: Sequence[str]) -> list[Any]:
+        with self.lock:
+            self.sizes.append(len(names))
+            self.concurrent += 1
+            self.peak = max(self.peak, self.concurrent)
+            failing = [n for n in names if self.fail_times[n] > 0]
+            for n in failing:
+                self.fail_times[n] -= 1
+        try:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            if failing:
+                raise RuntimeError("NIXL_ERR_BACKEND")
+            return [{} if n in self.stored else None for n in names]
+        finally:
+            with self.lock:
+                self.concurrent -= 1
+
+
+def _engine(store: FakeStore, **kw: Any) -> ChunkedLookup:
+    options: dict[str, Any] = {"agents": 4, "chunk": 16, "retry": RetryPolicy(0.001, 0.01), "seed": 3}
+    options.update(kw)
+    return ChunkedLookup(store.query, **options)
+
+
+def test_one_failing_key_decides_no_other_keys_verdict() -> None:
+    names = [f"k{i}" for i in range(64)]
+    store = FakeStore(set(names[::2]), {"k5": 3})
+    engine = _engine(store)
+    try:
+        verdicts, answered = engine.run(names, deadline_s=5)
+        assert answered == 64 and verdicts == [i % 2 == 0 for i in range(64)]
+        c = engine.counters.snapshot()
+        # k5's chunk failed once whole; then k5 alone failed twice more, then answered.
+        assert c["failed_queries"] == 3 and c["retried_keys"] == 16 + 1 + 1, c
+        assert c["miss_failing"] == c["miss_in_flight"] == c["miss_not_started"] == 0
+    finally:
+        engine.close()
+
+
+def test_a_key_failing_past_the_deadline_is_miss_by_cause_and_the_rest_answer() -> None:
+    names = [f"k{i}" for i in range(40)]
+    store = FakeStore(set(names), {"k7": 10**9})
+    engine = _engine(store)
+    try:
+        started = time.monotonic()
+        verdicts, answered = engine.run(names, deadline_s=0.3)
+        assert time.monotonic() - started < 0.3 + 0.2
+        assert answered == 39 and verdicts == [n != "k7" for n in names]
+        assert engine.counters.snapshot()["miss_failing"] == 1
+    finally:
+        engine.close()
+
+
+def test_the_deadline_stops_a_slow_store_and_counts_in_flight_and_not_started() -> None:
+    names = [f"k{i}" for i in range(16 * 12)]
+    store = FakeStore(set(names), {}, delay_s=0.25)
+    engine = _engine(store, agents=2)
+    try:
+        started = time.monotonic()
+        verdicts, answered = engine.run(names, deadline_s=0.4)
+        assert time.monotonic() - started < 0.4 + 0.2
+        c = engine.counters.snapshot()
+        # 2 agents: chunks 1-2 answered at 0.25 s, chunks 3-4 still running at 0.4 s.
+        assert answered == 32 and sum(verdicts) == 32, c
+        assert c["miss_in_flight"] == 32 and c["miss_not_started"] == 16 * 12 - 64, c
+        time.sleep(0.3)
+        assert max(store.sizes) == 16 and len(store.sizes) == 4, "a cancelled chunk was queried"
+    finally:
+        engine.close()
+
+
+def test_queries_in_flight_are_bounded_by_the_pool() -> None:
+    names = [f"k{i}" for i in range(16 * 20)]
+    store = FakeStore(set(), {}, delay_s=0.02)
+    engine = _engine(store, agents=3)
+    try:
+        for _ in range(2):
+            threading.Thread(target=engine.run, args=(names, 5)).start()
+        engine.run(names, 5)
+        assert store.peak <= 3
+    finally:
+        engine.close()
+
+
+def test_closed_engine_refuses() -> None:
+    engine = _engine(FakeStore(set(), {}))
+    engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.run(["a"], 1)
+    engine.close()
