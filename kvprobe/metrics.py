@@ -227,9 +227,9 @@ class MeteredCore(LookupCore):
             if resolved:
                 self._delays.append((self.steps - stamp[0], time.perf_counter() - stamp[1], resolved))
 
-    def shutdown(self) -> None:
+    def shutdown(self, message: str = "the lookup manager was shut down") -> None:
         """Shutdown action; what was observed stays in the histograms."""
-        super().shutdown()
+        super().shutdown(message)
         self._submitted.clear()
         self.fold()
 
