@@ -120,7 +120,7 @@ P, F, R = LookupPhase.PENDING, LookupPhase.IN_FLIGHT, LookupPhase.RESOLVED
 E = Event
 SOME, NONE, ANY = Waiters.SOME, Waiters.NONE, Waiters.ANY
 
-#: The lifecycle table of DESIGN.md section 2, one row per guarded transition.
+#: The lifecycle table (docs/lifecycle.md), one row per guarded transition.
 RULES: tuple[Rule, ...] = (
     Rule(ABSENT, E.LOOKUP, SOME, P, "new generation; joins this step's batch"),
     Rule(P, E.LOOKUP, SOME, P, "request added; no second batch entry"),

@@ -123,7 +123,7 @@ _NO_CALL = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKin
 
 
 class InvariantViolation(AssertionError):
-    """A DESIGN.md section 2 invariant does not hold (a bug in kvprobe)."""
+    """An invariant of docs/properties.md does not hold (a bug in kvprobe)."""
 
 
 class LookupCore:
@@ -645,7 +645,7 @@ class LookupCore:
         return None if state is None else state.phase
 
     def check_invariants(self) -> None:
-        """Check the DESIGN.md section 2 invariants that a snapshot can show.
+        """Check the invariants (docs/properties.md) that a snapshot can show.
 
         Raises:
             InvariantViolation: naming the invariant and the offending key.

@@ -1,4 +1,4 @@
-"""One test per row of the lifecycle table (DESIGN.md section 2), manual worker."""
+"""One test per row of the lifecycle table (docs/lifecycle.md), manual worker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The seven named mutants of DESIGN.md section 3, as variants defined in the tests.
+"""The seven named mutants (docs/properties.md), as variants defined in the tests.
 
 Production code stays clean: each mutant is a subclass of ``LookupCore``
 overriding one action (or, for ``worker-error-drops-batch``, a ManualWorker
@@ -175,7 +175,7 @@ def manager_with(core: type[LookupCore]) -> type[AsyncLookupManager]:
     return type(f"Manager{core.__name__}", (AsyncLookupManager,), {"core_class": core})
 
 
-#: mutant name (DESIGN.md section 3) -> (manager class, ManualWorker class)
+#: mutant name (docs/properties.md) -> (manager class, ManualWorker class)
 MUTANTS: dict[str, tuple[type[AsyncLookupManager], type[ManualWorker]]] = {
     "flush-submits-cleaned": (manager_with(FlushSubmitsCleaned), ManualWorker),
     "cleanup-drops-in-flight": (manager_with(CleanupDropsInFlight), ManualWorker),

@@ -1,4 +1,4 @@
-"""Every named mutant of DESIGN.md section 3 is caught by the stateful machine.
+"""Every named mutant (docs/properties.md) is caught by the stateful machine.
 
 Each test runs the shipped machine against a manager built on the mutant and
 asserts that Hypothesis *finds* a failing example (none is written by hand):
