@@ -55,12 +55,12 @@ class TracingCore(LookupCore):
         self._sink = sink
         self._seq = 0
 
-    def _emit(self, action: str, touched: Iterable[Key] = (), **fields: object) -> None:
+    def _emit(self, action: str, touched: Iterable[Key] = (), size: int | None = None, **fields: object) -> None:
         event: dict[str, object] = {
             "seq": self._seq,
             "action": action,
             **fields,
-            "size": len(self.states),
+            "size": len(self.states) if size is None else size,
             "after": [self._snapshot(key) for key in dict.fromkeys(touched)],
             "open": [
                 {"req": g.req_id, "keys": [k.hex() for k in g.keys], "gens": list(g.generations)}
@@ -98,27 +98,37 @@ class TracingCore(LookupCore):
         return verdict
 
     def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
-        # A chain is a sequence of Lookup actions, so it is traced as exactly
-        # those: each key goes through the traced lookup, and the event
-        # carries the same state snapshot a single lookup's would.  Bad input
-        # is left to the core's own walk, which refuses it before any change.
-        if any(type(key) is not bytes for key in keys) or type(getattr(req_context, "req_id", None)) is not str:
-            return super().lookup_chain(keys, req_context)
-        leading_hits = 0
-        counting = True
-        pending = False
-        looked_up = 0
-        for key in keys:
-            verdict = self.lookup(key, req_context)
-            looked_up += 1
-            if verdict is False:
-                return ChainAnswer(leading_hits, True, pending, looked_up)
-            if verdict is None:
-                pending = True
-                counting = False
-            elif counting:
-                leading_hits += 1
-        return ChainAnswer(leading_hits, False, pending, looked_up)
+        # A chain is a sequence of Lookup actions, so it is traced as one
+        # Lookup event per key looked up, as the single lookups would be.
+        # The core's own walk runs (a defect in it must show in the trace);
+        # the events are rebuilt after it from what a lookup cannot change
+        # afterwards: a later lookup of the walk never changes an earlier
+        # key's state (a repeated key is the same request asking again) nor
+        # the open groups, so each key's state now is its state after its own
+        # Lookup, and only the size needs replaying (the new states are the
+        # step batch's new entries, one per key asked first by this walk).
+        mark = len(self.step_batch)
+        answer = super().lookup_chain(keys, req_context)
+        created = {id(state) for state in self.step_batch[mark:]}
+        states = self.states
+        size = len(states) - len(created)
+        req = req_context.req_id
+        for key in list(keys)[: answer.looked_up]:
+            state = states[key]
+            if id(state) in created:
+                created.discard(id(state))
+                size += 1
+            phase = state.phase
+            self._emit(
+                "Lookup",
+                (key,),
+                size=size,
+                key=key.hex(),
+                req=req,
+                verdict=state.verdict,
+                phase=None if phase is None else phase.value,
+            )
+        return answer
 
     def flush(self) -> Batch | None:
         touched = [state.key for state in self.step_batch]
