@@ -11,7 +11,7 @@ the drop-in runs on.  The machine itself is not modified.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hypothesis import settings
@@ -21,7 +21,7 @@ from kvprobe.integrations.vllm import AsyncLookupManager as VllmBase
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine import AsyncLookupManager
 from kvprobe.statemachine.core import LookupCore
-from kvprobe.statemachine.types import HasReqId, Stats
+from kvprobe.statemachine.types import ChainAnswer, HasReqId, Stats
 from kvprobe.statemachine.workers import Worker
 from kvprobe.testing.stateful import lookup_machine
 
@@ -47,6 +47,11 @@ class ThroughDropIn(AsyncLookupManager):
 
     def lookup(self, key: bytes, req_context: HasReqId) -> bool | None:
         return self.tier.lookup(key, req_context)
+
+    def lookup_chain(self, keys: Sequence[bytes], req_context: HasReqId) -> ChainAnswer:
+        # vLLM's surface has no chain lookup: it goes to the manager the
+        # drop-in owns, which its other methods share.
+        return self.inner.lookup_chain(keys, req_context)
 
     def flush(self) -> None:
         self.tier.flush()
