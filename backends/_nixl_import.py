@@ -37,6 +37,10 @@ def load_nixl() -> Any:
         ImportError: neither ``nixl_cu12`` nor ``nixl`` can be imported; the
             message names ``kvprobe[nixl]``.
     """
+    # NIXL's own logger prints an INFO line per agent to stdout; quiet by
+    # default, and NIXL_LOG_LEVEL=INFO (read when NIXL is first imported)
+    # brings the lines back.
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     errors: list[str] = []
     for name in ("nixl_cu12._api", "nixl._api"):
         try:
