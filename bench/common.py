@@ -29,6 +29,7 @@ __all__ = [
     "Workload",
     "baseline_impl",
     "fmt_ratio",
+    "manual_impl",
     "summary",
     "verified_impl",
 ]
@@ -106,7 +107,11 @@ class Impl:
 
 def verified_impl(backend: Any = None, *, fraction: float = 0.5) -> Impl:
     backend = backend if backend is not None else StoredByHash(fraction)
-    m = AsyncLookupManager(backend, worker="manual")
+    return manual_impl(AsyncLookupManager(backend, worker="manual"))
+
+
+def manual_impl(m: AsyncLookupManager) -> Impl:
+    """The bench's view of a kvprobe manager built with ``worker="manual"``."""
     worker = m.worker
     assert isinstance(worker, ManualWorker)
     states = m.core.states

@@ -22,10 +22,9 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from bench.common import Impl, Row, StoredByHash, Workload, fmt_ratio, verified_impl
+from bench.common import Impl, Row, StoredByHash, Workload, fmt_ratio, manual_impl, verified_impl
 from bench.hotpath import CLASSES, LOOKUP_CLASSES, _step, _Tally
 from kvprobe.metrics import LookupMetrics, MeteredManager
-from kvprobe.statemachine.workers import ManualWorker
 
 __all__ = ["main", "measure", "rows"]
 
@@ -34,24 +33,9 @@ def metered_impl(registry: CollectorRegistry) -> Impl:
     """Like :func:`bench.common.verified_impl`, on MeteredManager with a registered collector."""
     m = MeteredManager(StoredByHash(0.5), worker="manual")
     LookupMetrics(m).register(registry)
-    worker = m.worker
-    assert isinstance(worker, ManualWorker)
-    states = m.core.states
-
-    def pump() -> bool:
-        batch = worker.take_batch()
-        if batch is None:
-            return False
-        for group in batch.groups:
-            worker.complete(group)
-        return True
-
-    def phase_of(key: bytes) -> str | None:
-        state = states.get(key)
-        return None if state is None else state.phase.name
-
-    # The name selects the kvprobe worker's queue in bench.hotpath's step.
-    return Impl("verified", m, pump, phase_of)
+    # Named "verified" like verified_impl's: the name selects the kvprobe
+    # worker's queue in bench.hotpath's step.
+    return manual_impl(m)
 
 
 def measure(workload: Workload, repeats: int, delay: int = 1) -> dict[str, list[_Tally]]:
