@@ -35,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.starvation import chunked_nixl
+from bench.starvation import chunked_nixl, resolve_hot_keys
 from bench.trees import block_tree
 from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.process import ProcessBackend
@@ -87,13 +87,7 @@ def rate_series(backend: Any, keys: Sequence[bytes], groups: int, label: str, id
     per = -(-len(big) // groups)
     series = Series(label)
     with AsyncLookupManager(backend, name="plots") as m:
-        for key in hot:
-            m.lookup(key, hot_ctx)
-        m.flush()
-        while m.core.outstanding:
-            time.sleep(0.001)
-            m.drain_results()
-        pairs = [(k, hot_ctx) for k in hot]
+        pairs = resolve_hot_keys(m, hot, hot_ctx)
         if idle_s is None:
             for g in range(groups):
                 ctx = ReqContext(f"big-{g}")

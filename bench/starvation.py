@@ -48,7 +48,7 @@ from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
-__all__ = ["ChunkedFs", "main", "measure", "rows"]
+__all__ = ["ChunkedFs", "main", "measure", "resolve_hot_keys", "rows"]
 
 
 class GilFreeControl:
@@ -117,6 +117,17 @@ def _rate(m: AsyncLookupManager, pairs: Sequence[tuple[bytes, ReqContext]], unti
     return done / (time.perf_counter() - t0)
 
 
+def resolve_hot_keys(m: AsyncLookupManager, hot: Sequence[bytes], ctx: ReqContext) -> list[tuple[bytes, ReqContext]]:
+    """Probe ``hot`` until every key is resolved; the (key, ctx) pairs the scheduler loop then looks up."""
+    for key in hot:
+        m.lookup(key, ctx)
+    m.flush()
+    while m.core.outstanding:
+        time.sleep(0.001)
+        m.drain_results()
+    return [(k, ctx) for k in hot]
+
+
 def _one(
     backend: Any, keys: Sequence[bytes], groups: int, repeats: int, idle_s: float
 ) -> list[tuple[float, float, float]]:
@@ -127,13 +138,7 @@ def _one(
     big = keys[256:]
     per = -(-len(big) // groups)
     with AsyncLookupManager(backend, name="starvation") as m:
-        for key in hot:
-            m.lookup(key, hot_ctx)
-        m.flush()
-        while m.core.outstanding:
-            time.sleep(0.001)
-            m.drain_results()
-        pairs = [(k, hot_ctx) for k in hot]
+        pairs = resolve_hot_keys(m, hot, hot_ctx)
         for rep in range(repeats):
             deadline = time.perf_counter() + idle_s
             idle = _rate(m, pairs, _until(deadline))
