@@ -5,8 +5,12 @@ This module is the oracle of the property suite.  Its vocabulary is fixed by
 :func:`Lookup`-style :func:`lookup`, :func:`flush`, :func:`drain`,
 :func:`cleanup`, :func:`mark_miss`, :func:`shutdown`; worker:
 :func:`take_batch`, :func:`complete_group`, :func:`fail_group`,
-:func:`time_out`) and one pure predicate per invariant, named exactly as in
-that document (:func:`TypeOK`, :func:`EnqueueOnce`, ...).
+:func:`time_out`, :func:`saturate`, :func:`late_answer`,
+:func:`worker_dies`; and :func:`revive`) and one pure predicate per
+invariant, named exactly as in that document and in ``tla/KVProbe.tla``
+(:func:`TypeOK`, :func:`EnqueueOnce`, ...), with the same meaning:
+``tests/tla/test_model_replay.py`` replays every edge of TLC's state graph
+through these functions and compares successors and invariant verdicts.
 
 Theory of operation.  A :class:`State` is immutable; every action returns a
 new one.  Per-key phase changes go through :func:`transition`, i.e. through
@@ -47,12 +51,17 @@ from typing import TypeVar
 from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, Event, LookupPhase, Phase
 
 __all__ = [
+    "DEATH_MARKER",
     "INVARIANTS",
+    "SATURATED",
     "TIMEOUT",
+    "WORKER_DIED",
+    "AfterShutdownEmpty",
     "Counts",
     "EnqueueOnce",
     "ForcedMissSticks",
     "Group",
+    "LookupAnswers",
     "ModelClosedError",
     "ModelError",
     "NoDuplicateProbe",
@@ -66,14 +75,18 @@ __all__ = [
     "TypeOK",
     "VerdictIffResolved",
     "VerdictProvenance",
+    "apply_outcome",
     "broken_invariants",
     "cleanup",
+    "coming",
     "complete_group",
     "drain",
     "drain_all",
     "fail_group",
     "flush",
     "initial",
+    "is_death_marker",
+    "late_answer",
     "lookup",
     "mark_miss",
     "partition_batch",
@@ -82,6 +95,7 @@ __all__ = [
     "probe_lookup",
     "probe_mark_miss",
     "revive",
+    "saturate",
     "shutdown",
     "take_batch",
     "time_out",
@@ -97,6 +111,15 @@ RESOLVED = LookupPhase.RESOLVED
 
 #: The failure name of a timed-out group (``FailureKind.TIMEOUT.value``).
 TIMEOUT = "timeout"
+#: The failure name of a group answered at once while too many calls are stuck.
+SATURATED = "saturated"
+#: The failure name of a dead worker's open groups (``FailureKind.WORKER_DIED.value``).
+WORKER_DIED = "worker_died"
+
+# Worker states (docs/worker.md).
+UP = "up"
+DEAD = "dead"
+STOPPED = "stopped"
 # Failure names that count as backend errors (FailureKind values).
 _BACKEND_ERRORS = frozenset({"raised", "raised_while_iterating", "short_result", "long_result", "bad_verdict"})
 
@@ -143,6 +166,17 @@ class Outcome:
     late: bool = False
 
 
+#: The death marker a dying worker publishes: group id 0, no keys (as
+#: ``kvprobe.statemachine.types.death_marker``).  Draining it fails every
+#: open group with WORKER_DIED.
+DEATH_MARKER = Outcome(Group(0, 0, "", (), ()), None, WORKER_DIED)
+
+
+def is_death_marker(outcome: Outcome) -> bool:
+    """Whether ``outcome`` is the :data:`DEATH_MARKER` rather than a group's outcome."""
+    return outcome.group.group_id == 0 and not outcome.group.keys
+
+
 @dataclass(frozen=True)
 class Counts:
     """The counters of ``kvprobe.statemachine.types.Stats`` the model predicts."""
@@ -186,16 +220,29 @@ class State:
     among them, the ``inbox`` of published outcomes, the id counters,
     ``closed`` and ``counts``.
 
+    The worker (``docs/worker.md``): ``worker`` is ``"up"``, ``"dead"`` or
+    ``"stopped"``; ``timed_out`` are the current worker's stuck calls (still
+    in ``taken``, as the code's ManualWorker keeps them); ``stray`` are stuck
+    calls of a worker that died or stopped (they may still answer late);
+    ``stopped_taken`` are calls the stopped worker was running at shutdown
+    (they may still publish); ``discarded`` is what was published but will
+    never be applied (the inbox at shutdown and everything published after).
+    ``death_unannounced`` marks a death without a marker (the code's
+    ``ManualWorker.die()``), noticed only by :func:`revive`; the TLA+ model's
+    ``Die`` always publishes the marker (``worker_dies(s, marker=True)``).
+    ``out`` is what the last action, if a lookup, answered:
+    ``(key, req, verdict)``, else None.
+
     History variables (read only by invariants): ``submitted`` (times each
     ``(key, gen)`` was submitted), ``submitted_not_pending`` (generations
     submitted while their state was not PENDING of that generation),
     ``applied`` (results applied per ``(key, gen)``), ``stale_applied``
-    (results applied to a state of another generation), ``forced``
-    (generations hit by a forced miss), ``settled`` (generations that
-    reached RESOLVED or were forced: moot for :func:`NoDuplicateProbe`) and
-    ``told`` (per ``(key, gen)``, the first outcome published for it: the
-    backend's verdict, False for a failure, timeout or saturation, and the
-    manager's False for a dead worker's open groups).
+    (outcomes that changed a state of another generation), ``forced``
+    (generations hit by a forced miss), ``moot`` (IN_FLIGHT generations a
+    forced miss made moot) and ``told`` (per ``(key, gen)``, the first
+    outcome published for it: the backend's verdict, False for a failure,
+    timeout or saturation, and the manager's False for a dead worker's open
+    groups).
     """
 
     probes: Mapping[Key, Probe] = field(default_factory=_frozen_map)
@@ -210,15 +257,29 @@ class State:
     next_batch: int = 1
     next_group: int = 1
     closed: bool = False
-    worker_dead: bool = False
+    worker: str = "up"
+    death_unannounced: bool = False
+    stray: Mapping[int, Group] = field(default_factory=_frozen_map)
+    stopped_taken: Mapping[int, Group] = field(default_factory=_frozen_map)
+    discarded: tuple[Outcome, ...] = ()
+    out: tuple[Key, str, bool | None] | None = None
     counts: Counts = Counts()
     submitted: Mapping[tuple[Key, int], int] = field(default_factory=_frozen_map)
     submitted_not_pending: frozenset[tuple[Key, int]] = frozenset()
     applied: Mapping[tuple[Key, int], int] = field(default_factory=_frozen_map)
     stale_applied: int = 0
     forced: frozenset[tuple[Key, int]] = frozenset()
-    settled: frozenset[tuple[Key, int]] = frozenset()
+    moot: frozenset[tuple[Key, int]] = frozenset()
     told: Mapping[tuple[Key, int], bool] = field(default_factory=_frozen_map)
+
+    @property
+    def worker_dead(self) -> bool:
+        """Whether the worker died and was not revived yet."""
+        return self.worker == DEAD
+
+    def stuck(self) -> Mapping[int, Group]:
+        """Every stuck call, of this worker or of one that died or stopped."""
+        return {**self.stray, **{gid: self.taken[gid] for gid in self.timed_out}}
 
 
 def _tell(s: State, group: Group, verdicts: Sequence[bool] | None) -> Mapping[tuple[Key, int], bool]:
@@ -403,14 +464,21 @@ def _keys_of(groups: Iterable[tuple[str, list[Key], list[int]]]) -> set[Key]:
 # --- scheduler actions ------------------------------------------------------------------
 
 
+def _begin(s: State, *, scheduler: bool = True) -> State:
+    """Start an action: scheduler actions raise after shutdown; ``out`` is cleared."""
+    if scheduler:
+        _open(s)
+    return s if s.out is None else replace(s, out=None)
+
+
 def lookup(s: State, key: Key, req: str) -> tuple[State, bool | None]:
     """Lookup: apply published outcomes, then the verdict if known, else None.
 
     A key without a state gets a new PENDING generation that joins the step
-    batch.  Raises :class:`ModelClosedError` after shutdown.
+    batch.  The answer is also left in ``out`` (:func:`LookupAnswers` reads
+    it).  Raises :class:`ModelClosedError` after shutdown.
     """
-    _open(s)
-    s = drain_all(s)
+    s = drain_all(_begin(s))
     probe = s.probes.get(key)
     counts = s.counts
     if probe is None:
@@ -425,10 +493,11 @@ def lookup(s: State, key: Key, req: str) -> tuple[State, bool | None]:
             step_batch=(*s.step_batch, (key, gen, req)),
             next_gen=gen + 1,
             counts=_bump(counts, probes_created=1),
+            out=(key, req, None),
         )
         return s, None
     if req in probe.waiters:
-        return s, probe.verdict
+        return replace(s, out=(key, req, probe.verdict)), probe.verdict
     if probe.phase is PENDING:
         counts = _bump(counts, joins=1)
     elif probe.phase is IN_FLIGHT:
@@ -439,6 +508,7 @@ def lookup(s: State, key: Key, req: str) -> tuple[State, bool | None]:
         probes=_frozen_map({**s.probes, key: joined}),
         requests=_remember(s.requests, req, key),
         counts=counts,
+        out=(key, req, joined.verdict),
     )
     return s, joined.verdict
 
@@ -447,18 +517,31 @@ def _remember(requests: Mapping[str, frozenset[Key]], req: str, key: Key) -> Map
     return _frozen_map({**requests, req: requests.get(req, frozenset()) | {key}})
 
 
-def flush(s: State) -> tuple[State, tuple[Group, ...]]:
+def flush(s: State, owners: Mapping[Key, str] | None = None) -> tuple[State, tuple[Group, ...]]:
     """Flush: submit this step's PENDING probes, one group per request.
 
-    Returns the new state and the submitted groups (empty when nothing was
-    submitted; then no batch id is used).  Raises :class:`ModelClosedError`
-    after shutdown.
+    A key goes to the group of the request that asked for it; if that one
+    left, to ``owners[key]`` when given (any request still waiting on the
+    key: the TLA+ model lets any of them own it), else to the least waiting
+    request id (what the code does).  Returns the new state and the
+    submitted groups (empty when nothing was submitted; then no batch id is
+    used).  Raises :class:`ModelClosedError` after shutdown and
+    :class:`ModelError` while the worker is dead (:func:`revive` first) or
+    when an owner does not wait on its key.
     """
-    _open(s)
-    s = drain_all(s)
+    s = drain_all(_begin(s))
+    if s.worker != UP:
+        raise ModelError("Flush: the worker is dead (revive it first)")
     entries = s.step_batch
     s = replace(s, step_batch=())
     pending = {k: (p.gen, p.waiters) for k, p in s.probes.items() if p.phase is PENDING}
+    if owners:
+        for key, owner in owners.items():
+            if key in pending and owner not in pending[key][1]:
+                raise ModelError(f"Flush: {owner!r} does not wait on {key!r}")
+        entries = tuple(
+            (k, g, r if k not in pending or r in pending[k][1] else owners.get(k, r)) for k, g, r in entries
+        )
     parts = partition_batch(entries, pending)
     if not parts:
         return s, ()
@@ -495,14 +578,27 @@ def flush(s: State) -> tuple[State, tuple[Group, ...]]:
 def drain(s: State) -> State:
     """Drain: apply the oldest published outcome.
 
-    Raises :class:`ModelError` when the inbox is empty, :class:`ModelClosedError`
+    The death marker fails every open group, in submission order, with
+    WORKER_DIED (each of their keys MISS, ``told`` False).  Raises
+    :class:`ModelError` when the inbox is empty, :class:`ModelClosedError`
     after shutdown.
     """
-    _open(s)
+    s = _begin(s)
     if not s.inbox:
         raise ModelError("Drain: nothing published")
     outcome, *rest = s.inbox
-    return apply_outcome(replace(s, inbox=tuple(rest)), outcome)
+    s = replace(s, inbox=tuple(rest))
+    if is_death_marker(outcome):
+        return _fail_open(s)
+    return apply_outcome(s, outcome)
+
+
+def _fail_open(s: State) -> State:
+    """Fail every open group with WORKER_DIED (the manager's verdict for a dead worker)."""
+    for group in [s.outstanding[gid] for gid in sorted(s.outstanding)]:
+        s = replace(s, told=_tell(s, group, None))
+        s = apply_outcome(s, Outcome(group, None, WORKER_DIED))
+    return s
 
 
 def drain_all(s: State) -> State:
@@ -517,7 +613,9 @@ def apply_outcome(s: State, outcome: Outcome) -> State:
 
     A failure applies MISS to each key.  The first outcome of a group counts
     the backend call; any later one (a late answer) is counted as late and
-    changes nothing.
+    changes nothing.  :func:`probe_drain` alone decides whether a state
+    changes; the history records what did (``applied``, and
+    ``stale_applied`` when the changed state was of another generation).
     """
     group = outcome.group
     counts = s.counts
@@ -530,36 +628,34 @@ def apply_outcome(s: State, outcome: Outcome) -> State:
     verdicts = outcome.verdicts if outcome.verdicts is not None else (False,) * len(group.keys)
     probes = dict(s.probes)
     applied = dict(s.applied)
-    settled = set(s.settled)
+    stale = s.stale_applied
     for key, gen, verdict in zip(group.keys, group.gens, verdicts, strict=False):
         probe = probes.get(key)
-        if probe is None or probe.gen != gen:
+        after = None if probe is None else probe_drain(probe, gen, verdict)
+        if probe is None or after == probe:
             counts = _bump(counts, stale_results_dropped=1)
             continue
-        after = probe_drain(probe, gen, verdict)
         if after is None:
             del probes[key]
             counts = _bump(counts, orphans_reclaimed=1)
-        elif after == probe:
-            counts = _bump(counts, stale_results_dropped=1)
-            continue
         else:
             probes[key] = after
-            settled.add((key, gen))
             counts = _bump(counts, hits=1) if verdict else _bump(counts, misses=1)
         applied[(key, gen)] = applied.get((key, gen), 0) + 1
+        if probe.gen != gen:
+            stale += 1
     return replace(
         s,
         probes=_frozen_map(probes),
         outstanding=_frozen_map(outstanding),
         counts=counts,
         applied=_frozen_map(applied),
-        settled=frozenset(settled),
+        stale_applied=stale,
     )
 
 
 def _count_call(counts: Counts, failure: str | None) -> Counts:
-    if failure in ("saturated", "worker_died"):
+    if failure in (SATURATED, WORKER_DIED):
         return counts
     counts = _bump(counts, backend_calls=1)
     if failure in _BACKEND_ERRORS:
@@ -575,7 +671,7 @@ def cleanup(s: State, req: str) -> State:
     An unknown request id is counted and ignored.  Raises
     :class:`ModelClosedError` after shutdown.
     """
-    _open(s)
+    s = _begin(s)
     keys = s.requests.get(req)
     if keys is None:
         return replace(s, counts=_bump(s.counts, unknown_cleanups=1))
@@ -604,11 +700,11 @@ def mark_miss(s: State, keys: Iterable[Key]) -> State:
 
     Raises :class:`ModelClosedError` after shutdown.
     """
-    _open(s)
+    s = _begin(s)
     probes = dict(s.probes)
     counts = s.counts
     forced = set(s.forced)
-    settled = set(s.settled)
+    moot = set(s.moot)
     for key in keys:
         probe = probes.get(key)
         if probe is None:
@@ -616,7 +712,8 @@ def mark_miss(s: State, keys: Iterable[Key]) -> State:
             continue
         counts = _bump(counts, forced_misses=1)
         forced.add((key, probe.gen))
-        settled.add((key, probe.gen))
+        if probe.phase is IN_FLIGHT:
+            moot.add((key, probe.gen))
         after = probe_mark_miss(probe)
         if after is None:
             del probes[key]
@@ -628,14 +725,19 @@ def mark_miss(s: State, keys: Iterable[Key]) -> State:
         probes=_frozen_map(probes),
         counts=counts,
         forced=frozenset(forced),
-        settled=frozenset(settled),
+        moot=frozenset(moot),
     )
 
 
 def shutdown(s: State) -> State:
-    """Shutdown: reclaim everything; later actions raise.  Idempotent."""
+    """Shutdown: reclaim everything and stop the worker; later scheduler actions raise.
+
+    The inbox is discarded; calls the worker had started may still publish
+    (to ``discarded``: nothing applies them).  History is kept.  Idempotent.
+    """
     if s.closed:
         return s
+    running = {} if s.worker == DEAD else {gid: g for gid, g in s.taken.items() if gid not in s.timed_out}
     return replace(
         s,
         probes=_frozen_map(),
@@ -645,8 +747,14 @@ def shutdown(s: State) -> State:
         queue=(),
         taken=_frozen_map(),
         timed_out=frozenset(),
+        stray=_frozen_map(s.stuck()),
+        stopped_taken=_frozen_map(running),
+        discarded=(*s.discarded, *s.inbox),
         inbox=(),
         closed=True,
+        worker=STOPPED,
+        death_unannounced=False,
+        out=None,
     )
 
 
@@ -654,97 +762,195 @@ def shutdown(s: State) -> State:
 
 
 def take_batch(s: State) -> tuple[State, tuple[Group, ...]]:
-    """TakeBatch: the worker takes the oldest submitted batch.
+    """TakeBatch: the worker (up) takes the oldest submitted batch.
 
-    Raises :class:`ModelError` when nothing is queued.
+    Raises :class:`ModelError` when nothing is queued or the worker is not up.
     """
-    _open(s)
-    if not s.queue:
-        raise ModelError("TakeBatch: nothing submitted")
+    s = _begin(s, scheduler=False)
+    if s.worker != UP or not s.queue:
+        raise ModelError(f"TakeBatch: nothing submitted, or the worker is {s.worker}")
     batch, *rest = s.queue
     taken = {**s.taken, **{g.group_id: g for g in batch}}
     return replace(s, queue=tuple(rest), taken=_frozen_map(taken)), batch
 
 
-def _deliver(s: State, group_id: int, verdicts: tuple[bool, ...] | None, failure: str | None) -> State:
-    _open(s)
-    group = s.taken.get(group_id)
-    if group is None:
-        raise ModelError(f"group {group_id} is not with the worker")
+def _publish(s: State, outcome: Outcome) -> State:
+    # A stopped worker's outcomes are never applied: they go to ``discarded``.
+    if s.closed:
+        return replace(s, discarded=(*s.discarded, outcome))
+    return replace(s, inbox=(*s.inbox, outcome))
+
+
+def _running(s: State, group_id: int, action: str) -> Group:
+    """The group whose call the worker (up, or stopped) is running, for its first answer."""
+    pool = s.stopped_taken if s.closed else s.taken
+    group = pool.get(group_id)
+    if s.worker == DEAD or group is None or group_id in s.timed_out:
+        raise ModelError(f"{action}: group {group_id} is not running on a live or stopped worker")
+    return group
+
+
+def _answer_first(s: State, group_id: int, verdicts: tuple[bool, ...] | None, failure: str | None) -> State:
+    """Publish a running group's first answer; its call is over."""
+    group = _running(s, group_id, failure or "CompleteGroup")
     if verdicts is not None and len(verdicts) != len(group.keys):
         raise ModelError(f"{len(verdicts)} verdicts for {len(group.keys)} keys")
-    late = group_id in s.timed_out
-    taken = {gid: g for gid, g in s.taken.items() if gid != group_id}
-    return replace(
+    s = replace(
         s,
-        told=s.told if late else _tell(s, group, verdicts),
-        taken=_frozen_map(taken),
-        timed_out=s.timed_out - {group_id},
-        inbox=(*s.inbox, Outcome(group, verdicts, failure, late)),
+        told=_tell(s, group, verdicts),
+        taken=_frozen_map({gid: g for gid, g in s.taken.items() if gid != group_id}),
+        stopped_taken=_frozen_map({gid: g for gid, g in s.stopped_taken.items() if gid != group_id}),
     )
+    return _publish(s, Outcome(group, verdicts, failure, False))
+
+
+def _answer_late(s: State, group_id: int, verdicts: tuple[bool, ...] | None, failure: str | None) -> State:
+    """A stuck call returns: its answer is published marked late (it changes nothing)."""
+    group = s.stuck().get(group_id)
+    if group is None:
+        raise ModelError(f"LateAnswer: group {group_id} has no stuck call")
+    if verdicts is not None and len(verdicts) != len(group.keys):
+        raise ModelError(f"{len(verdicts)} verdicts for {len(group.keys)} keys")
+    s = replace(
+        s,
+        taken=_frozen_map({gid: g for gid, g in s.taken.items() if gid != group_id}),
+        timed_out=s.timed_out - {group_id},
+        stray=_frozen_map({gid: g for gid, g in s.stray.items() if gid != group_id}),
+    )
+    return _publish(s, Outcome(group, verdicts, failure, True))
 
 
 def complete_group(s: State, group_id: int, verdicts: Sequence[bool]) -> State:
-    """CompleteGroup: publish one verdict per key (marked late after a timeout).
+    """CompleteGroup: publish one verdict per key (LateAnswer for a stuck call).
 
-    Raises :class:`ModelError` if the group is not with the worker or the
-    number of verdicts is wrong.
+    Raises :class:`ModelError` if the group's call is not running (or stuck)
+    or the number of verdicts is wrong.
     """
-    return _deliver(s, group_id, tuple(verdicts), None)
+    s = _begin(s, scheduler=False)
+    if group_id in s.stuck():
+        return _answer_late(s, group_id, tuple(verdicts), None)
+    return _answer_first(s, group_id, tuple(verdicts), None)
+
+
+def late_answer(s: State, group_id: int, verdicts: Sequence[bool]) -> State:
+    """LateAnswer: a stuck call returns (also after its worker died or stopped).
+
+    Raises :class:`ModelError` if the group has no stuck call or the number
+    of verdicts is wrong.
+    """
+    return _answer_late(_begin(s, scheduler=False), group_id, tuple(verdicts), None)
 
 
 def fail_group(s: State, group_id: int, failure: str) -> State:
     """FailGroup: publish a failure (a FailureKind value); its keys resolve as MISS.
 
-    Raises :class:`ModelError` if the group is not with the worker.
+    A stuck call that fails publishes a late failure.  Raises
+    :class:`ModelError` if the group's call is not running (or stuck).
     """
-    return _deliver(s, group_id, None, failure)
+    s = _begin(s, scheduler=False)
+    if group_id in s.stuck():
+        return _answer_late(s, group_id, None, failure)
+    return _answer_first(s, group_id, None, failure)
 
 
-def time_out(s: State, group_id: int) -> State:
-    """TimeOut: publish TIMEOUT; the group stays with the worker for a late answer.
+def time_out(s: State, group_id: int, max_stuck: int | None = None) -> State:
+    """TimeOut: publish TIMEOUT; the call is stuck and may answer late.
 
-    Raises :class:`ModelError` if the group is not with the worker or already timed out.
+    With ``max_stuck`` (the code's ``max_stuck_calls``) it is enabled only
+    while fewer calls are stuck.  Raises :class:`ModelError` if the group's
+    call is not running or too many calls are stuck.
     """
-    _open(s)
-    group = s.taken.get(group_id)
-    if group is None or group_id in s.timed_out:
-        raise ModelError(f"group {group_id} is not with the worker or already timed out")
-    return replace(
-        s,
-        timed_out=s.timed_out | {group_id},
-        inbox=(*s.inbox, Outcome(group, None, TIMEOUT, False)),
-        told=_tell(s, group, None),
-    )
+    s = _begin(s, scheduler=False)
+    group = _running(s, group_id, "TimeOut")
+    if max_stuck is not None and len(s.stuck()) >= max_stuck:
+        raise ModelError(f"TimeOut: {len(s.stuck())} calls stuck already (max {max_stuck}): Saturate")
+    s = replace(s, told=_tell(s, group, None))
+    if s.closed:
+        s = replace(
+            s,
+            stopped_taken=_frozen_map({gid: g for gid, g in s.stopped_taken.items() if gid != group_id}),
+            stray=_frozen_map({**s.stray, group_id: group}),
+        )
+    else:
+        s = replace(s, timed_out=s.timed_out | {group_id})
+    return _publish(s, Outcome(group, None, TIMEOUT, False))
 
 
-def worker_dies(s: State) -> State:
-    """The worker thread dies with everything it holds (it publishes nothing more).
+def saturate(s: State, group_id: int, max_stuck: int) -> State:
+    """Saturate: ``max_stuck`` calls are stuck, so the group is answered SATURATED at once.
 
-    Raises :class:`ModelClosedError` after shutdown.
+    ``max_stuck == 0`` means no timeout is configured: no call is ever stuck
+    and nothing saturates.  Raises :class:`ModelError` if the group's call is not running or fewer
+    calls are stuck.
     """
-    _open(s)
-    return replace(s, worker_dead=True)
+    s = _begin(s, scheduler=False)
+    if max_stuck == 0 or len(s.stuck()) < max_stuck:
+        raise ModelError(f"Saturate: only {len(s.stuck())} calls stuck (max {max_stuck})")
+    return _answer_first(s, group_id, None, SATURATED)
+
+
+def worker_dies(s: State, *, marker: bool = False) -> State:
+    """Die: the worker's dispatcher ends.
+
+    With ``marker`` (the TLA+ model's Die, the threaded worker's death): its
+    queue and running calls are lost, its stuck calls live on (``stray``),
+    and the death marker is published.  Without it (the code's
+    ``ManualWorker.die()``), the death is noticed only by :func:`revive`,
+    and the dead worker's queue and groups stay as the code leaves them.
+    Raises :class:`ModelClosedError` after shutdown, :class:`ModelError`
+    when the worker is not up.
+    """
+    s = _begin(s)
+    if s.worker != UP:
+        raise ModelError(f"Die: the worker is {s.worker}")
+    if not marker:
+        return replace(s, worker=DEAD, death_unannounced=True)
+    s = replace(s, worker=DEAD, queue=(), taken=_frozen_map(), timed_out=frozenset(), stray=_frozen_map(s.stuck()))
+    return _publish(s, DEATH_MARKER)
 
 
 def revive(s: State) -> State:
-    """What the manager does at its next flush or drain_results after a worker death.
+    """What the manager does at its next flush or drain_results: drain, then Revive.
 
-    Applies what was published, then a ``worker_died`` failure to every open
-    group (in submission order), and starts a fresh, empty worker.  Does
-    nothing while the worker is alive.
+    While the worker is dead: applies what was published (a death marker
+    fails every open group);
+    after a death without a marker, fails every open group with WORKER_DIED
+    (in submission order); then starts a fresh, empty worker (stuck calls of
+    the dead one live on in ``stray``).  Does nothing while the worker is
+    up.  Raises :class:`ModelClosedError` after shutdown.
     """
-    _open(s)
-    if not s.worker_dead:
+    s = _begin(s)
+    if s.worker != DEAD:
         return s
     s = drain_all(s)
-    for group in list(s.outstanding.values()):
-        s = replace(s, told=_tell(s, group, None))
-        s = apply_outcome(s, Outcome(group, None, "worker_died"))
-    return replace(s, queue=(), taken=_frozen_map(), timed_out=frozenset(), worker_dead=False)
+    if s.death_unannounced:
+        s = _fail_open(s)
+    return replace(
+        s,
+        queue=(),
+        taken=_frozen_map(),
+        timed_out=frozenset(),
+        stray=_frozen_map(s.stuck()),
+        worker=UP,
+        death_unannounced=False,
+    )
 
 
 # --- invariants ------------------------------------------------------------------------
+# Each is the invariant of the same name in tla/KVProbe.tla, written over this
+# module's variables (tests/tla/test_model_replay.py checks they agree on
+# every state TLC explores under default.cfg).
+
+
+def _all_groups(s: State) -> list[Group]:
+    return [
+        *s.outstanding.values(),
+        *s.taken.values(),
+        *s.stray.values(),
+        *s.stopped_taken.values(),
+        *(g for b in s.queue for g in b),
+        *(o.group for o in (*s.inbox, *s.discarded) if not is_death_marker(o)),
+    ]
 
 
 def TypeOK(s: State) -> bool:
@@ -759,20 +965,19 @@ def TypeOK(s: State) -> bool:
     for req, keys in s.requests.items():
         if type(req) is not str or not all(type(k) is bytes for k in keys):
             return False
-    groups = [*s.outstanding.values(), *s.taken.values(), *(g for b in s.queue for g in b), *(o.group for o in s.inbox)]
-    for group in groups:
+    for group in _all_groups(s):
         if len(group.keys) != len(group.gens) or not group.keys:
             return False
-    for outcome in s.inbox:
+    for outcome in (*s.inbox, *s.discarded):
         if (outcome.verdicts is None) == (outcome.failure is None):
             return False
         if outcome.verdicts is not None and len(outcome.verdicts) != len(outcome.group.keys):
             return False
-    return s.timed_out <= set(s.taken)
+    return s.worker in (UP, DEAD, STOPPED) and s.timed_out <= set(s.taken) and s.closed == (s.worker == STOPPED)
 
 
 def EnqueueOnce(s: State) -> bool:
-    """A generation is submitted at most once, only while PENDING; at most one result applied."""
+    """A generation is submitted at most once, only while PENDING; at most one outcome applied."""
     return (
         all(n <= 1 for n in s.submitted.values())
         and not s.submitted_not_pending
@@ -781,17 +986,19 @@ def EnqueueOnce(s: State) -> bool:
 
 
 def NoDuplicateProbe(s: State) -> bool:
-    """Per key at most one submitted, unanswered generation that has not settled."""
+    """Per key at most one open generation not made moot by a forced miss and not RESOLVED now."""
     live: dict[Key, set[int]] = {}
     for group in s.outstanding.values():
         for key, gen in zip(group.keys, group.gens, strict=True):
-            if (key, gen) not in s.settled:
-                live.setdefault(key, set()).add(gen)
+            probe = s.probes.get(key)
+            if (key, gen) in s.moot or (probe is not None and probe.gen == gen and probe.phase is RESOLVED):
+                continue
+            live.setdefault(key, set()).add(gen)
     return all(len(gens) <= 1 for gens in live.values())
 
 
 def StaleGenerationDropped(s: State) -> bool:
-    """No result was ever applied to a state of another generation."""
+    """No outcome ever changed a state of another generation."""
     return s.stale_applied == 0
 
 
@@ -800,22 +1007,40 @@ def VerdictIffResolved(s: State) -> bool:
     return all(verdict_iff_resolved(p) for p in s.probes.values())
 
 
+def _forced(s: State, key: Key) -> bool:
+    # TLA's forced[k]: the key's current state was hit by a forced miss.
+    probe = s.probes.get(key)
+    return probe is not None and (key, probe.gen) in s.forced
+
+
 def ForcedMissSticks(s: State) -> bool:
-    """A force-missed generation still held is RESOLVED with verdict False."""
-    for key, probe in s.probes.items():
-        if (key, probe.gen) in s.forced and not (probe.phase is RESOLVED and probe.verdict is False):
-            return False
-    return True
+    """A force-missed state still held has verdict MISS."""
+    return all(probe.verdict is False for key, probe in s.probes.items() if _forced(s, key))
 
 
 def VerdictProvenance(s: State) -> bool:
     """A RESOLVED state's verdict is False if forced, else the first outcome published for its generation."""
     for key, probe in s.probes.items():
         if probe.phase is RESOLVED:
-            want = False if (key, probe.gen) in s.forced else s.told.get((key, probe.gen))
+            want = False if _forced(s, key) else s.told.get((key, probe.gen))
             if probe.verdict is not want:
                 return False
     return True
+
+
+def LookupAnswers(s: State) -> bool:
+    """What the last lookup returned: MISS for a forced state; a verdict once one was published.
+
+    Visibility: if an outcome for the key's current generation has been
+    published (``told``), the lookup (which drains first) saw a verdict.
+    """
+    if s.out is None:
+        return True
+    key, _, answer = s.out
+    probe = s.probes.get(key)
+    if _forced(s, key) and answer is not False:
+        return False
+    return not (probe is not None and (key, probe.gen) in s.told and answer is None)
 
 
 def ReverseIndexConsistent(s: State) -> bool:
@@ -834,24 +1059,54 @@ def ReverseIndexConsistent(s: State) -> bool:
     return True
 
 
+def coming(s: State) -> list[Group]:
+    """Groups whose outcome will reach the scheduler (TLA's ``Coming``).
+
+    While a death marker is published (or a death without one awaits
+    :func:`revive`), every open group: it will be failed.  Otherwise the
+    groups of published first outcomes, and, with the worker up, its queue
+    and running calls.
+    """
+    if s.death_unannounced or any(is_death_marker(o) for o in s.inbox):
+        return list(s.outstanding.values())
+    groups = [o.group for o in s.inbox if not o.late]
+    if s.worker == UP:
+        groups += [g for b in s.queue for g in b]
+        groups += [g for gid, g in s.taken.items() if gid not in s.timed_out]
+    return groups
+
+
 def NothingLeaks(s: State) -> bool:
     """Safety part of nothing-leaks.
 
-    No PENDING or RESOLVED state without waiters; every IN_FLIGHT state has an
-    open (outstanding) group of its generation; and every outstanding group
-    is still somewhere in the pipeline (queued, with the worker, or its
-    outcome published), so it will be answered.
+    No PENDING or RESOLVED state without waiters; a PENDING state is in this
+    step's batch; an IN_FLIGHT state's outcome is coming (:func:`coming`).
     """
-    open_pairs = {(k, g) for grp in s.outstanding.values() for k, g in zip(grp.keys, grp.gens, strict=True)}
+    pairs = {(k, g) for grp in coming(s) for k, g in zip(grp.keys, grp.gens, strict=True)}
+    batch = {(k, g) for k, g, _ in s.step_batch}
     for key, probe in s.probes.items():
         if probe.phase is IN_FLIGHT:
-            if (key, probe.gen) not in open_pairs:
+            if (key, probe.gen) not in pairs:
                 return False
         elif not probe.waiters:
             return False
-    queued = {g.group_id for batch in s.queue for g in batch}
-    published = {o.group.group_id for o in s.inbox}
-    return all(gid in queued or gid in s.taken or gid in published for gid in s.outstanding)
+        elif probe.phase is PENDING and (key, probe.gen) not in batch:
+            return False
+    return True
+
+
+def AfterShutdownEmpty(s: State) -> bool:
+    """After shutdown the table, batch, queue and open groups are empty and the worker is stopped."""
+    if not s.closed:
+        return True
+    return (
+        not s.probes
+        and not s.requests
+        and not s.step_batch
+        and not s.queue
+        and not s.outstanding
+        and s.worker == STOPPED
+    )
 
 
 def Reclaimed(s: State) -> bool:
@@ -859,7 +1114,7 @@ def Reclaimed(s: State) -> bool:
     return not s.probes and not s.requests and not s.outstanding and not s.step_batch
 
 
-#: The safety invariants by their shared names (docs/properties.md).
+#: The safety invariants by their shared names (docs/properties.md, tla/KVProbe.tla).
 INVARIANTS: dict[str, Callable[[State], bool]] = {
     "TypeOK": TypeOK,
     "EnqueueOnce": EnqueueOnce,
@@ -868,8 +1123,10 @@ INVARIANTS: dict[str, Callable[[State], bool]] = {
     "VerdictIffResolved": VerdictIffResolved,
     "ForcedMissSticks": ForcedMissSticks,
     "VerdictProvenance": VerdictProvenance,
+    "LookupAnswers": LookupAnswers,
     "ReverseIndexConsistent": ReverseIndexConsistent,
     "NothingLeaks": NothingLeaks,
+    "AfterShutdownEmpty": AfterShutdownEmpty,
 }
 
 

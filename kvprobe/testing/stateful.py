@@ -269,7 +269,7 @@ class GhostRecorder:
         self.applied: dict[tuple[bytes, int], int] = {}
         self.stale_applied = 0
         self.forced: set[tuple[bytes, int]] = set()
-        self.settled: set[tuple[bytes, int]] = set()
+        self.moot: set[tuple[bytes, int]] = set()
         self._before: dict[bytes, tuple[LookupPhase, int, bool | None]] = {}
         #: Whether events are still recorded and checked (off for the final teardown).
         self.checking = True
@@ -310,14 +310,13 @@ class GhostRecorder:
                     self.stale_applied += 1
                     continue
                 self.applied[(key, gen)] = self.applied.get((key, gen), 0) + 1
-                if now is not None and now[0] is LookupPhase.RESOLVED:
-                    self.settled.add((key, gen))
         elif action == "MarkMiss":
             for hexkey in event["keys"]:  # type: ignore[attr-defined]
                 was = before.get(bytes.fromhex(hexkey))
                 if was is not None:
                     self.forced.add((bytes.fromhex(hexkey), was[1]))
-                    self.settled.add((bytes.fromhex(hexkey), was[1]))
+                    if was[0] is LookupPhase.IN_FLIGHT:
+                        self.moot.add((bytes.fromhex(hexkey), was[1]))
         self._before = after
         # Validate the trace as it grows: the first divergence fails the step that caused it.
         self.checker.feed(event)
@@ -370,13 +369,16 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
         timed_out=timed_out,
         inbox=tuple(_outcome(o) for o in core.inbox),
         closed=m.closed,
+        worker="stopped" if m.closed else ("up" if worker.is_alive() else "dead"),
+        # A dead worker's open groups are failed by the next flush/drain_results.
+        death_unannounced=not m.closed and not worker.is_alive(),
         counts=counts,
         submitted=dict(ghosts.submitted),
         submitted_not_pending=frozenset(ghosts.submitted_not_pending),
         applied=dict(ghosts.applied),
         stale_applied=ghosts.stale_applied,
         forced=frozenset(ghosts.forced),
-        settled=frozenset(ghosts.settled),
+        moot=frozenset(ghosts.moot),
     )
 
 

@@ -111,7 +111,7 @@ ACTIONS = st.lists(
         st.tuples(st.just("complete"), st.integers(0, 3), st.booleans()),
         st.tuples(st.just("fail"), st.integers(0, 3)),
         st.tuples(st.just("time_out"), st.integers(0, 3)),
-        st.tuples(st.just("die")),
+        st.tuples(st.just("die"), st.booleans()),
         st.tuples(st.just("revive")),
     ),
     max_size=40,
@@ -123,18 +123,19 @@ def _walk(actions: list[tuple[object, ...]]) -> list[State]:
     seen = [s]
     for action in actions:
         kind = action[0]
-        taken = sorted(s.taken)
+        # Worker actions need a live worker; a dead one is revived at the next flush.
+        taken = sorted(s.taken) if not s.worker_dead else []
         if kind == "lookup":
             s, _ = model.lookup(s, action[1], action[2])  # type: ignore[arg-type]
         elif kind == "flush":
-            s, _ = model.flush(s)
+            s, _ = model.flush(model.revive(s))
         elif kind == "drain" and s.inbox:
             s = model.drain(s)
         elif kind == "cleanup":
             s = model.cleanup(s, action[1])  # type: ignore[arg-type]
         elif kind == "mark_miss":
             s = model.mark_miss(s, [action[1]])  # type: ignore[list-item]
-        elif kind == "take" and s.queue:
+        elif kind == "take" and s.queue and not s.worker_dead:
             s, _ = model.take_batch(s)
         elif kind == "complete" and taken:
             gid = taken[action[1] % len(taken)]  # type: ignore[operator]
@@ -145,8 +146,8 @@ def _walk(actions: list[tuple[object, ...]]) -> list[State]:
             fresh = [g for g in taken if g not in s.timed_out]
             if fresh:
                 s = model.time_out(s, fresh[action[1] % len(fresh)])  # type: ignore[operator]
-        elif kind == "die":
-            s = model.worker_dies(s)
+        elif kind == "die" and not s.worker_dead:
+            s = model.worker_dies(s, marker=bool(action[1]))
         elif kind == "revive":
             s = model.revive(s)
         seen.append(s)
