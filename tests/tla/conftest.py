@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
+from model_replay import read_graph
 
-from kvprobe.tlc import read_state_graph, run_tlc, tla_dir
+from kvprobe.tlc import TlcResult, run_tlc, tla_dir
 
 INVARIANTS_ONLY_MARK = "PROPERTIES"
 
@@ -45,4 +48,45 @@ def default_graph(
     dump = folder / "default"
     result = run_tlc(tla_dir() / "MC.tla", cfg, extra_args=["-dump", "dot,actionlabels", str(dump)])
     assert result.outcome == "ok", (result.outcome, result.property, result.errors)
-    return read_state_graph(Path(f"{dump}.dot"))
+    return read_graph(Path(f"{dump}.dot"))
+
+
+def two_key_config(cfg_text: str) -> str:
+    """default.cfg with two keys, one request, no timeout, no death, without symmetry.
+
+    The one-key graph of :func:`default_graph` has no group of two keys and
+    no MarkMiss of two keys; this one has both and stays small (the worker's
+    timeouts and death are in the one-key graph).
+    """
+    text = safety_only(cfg_text)
+    for old, new in (
+        ("Reqs = {r1, r2}", "Reqs = {r1}"),
+        ("MaxStuck = 1", "MaxStuck = 0"),
+        ("MaxDeaths = 1", "MaxDeaths = 0"),
+    ):
+        assert old in text, old
+        text = text.replace(old, new)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("SYMMETRY")) + "\n"
+
+
+@pytest.fixture(scope="session")
+def two_key_graph(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
+    """TLC's explored state graph of :func:`two_key_config` (invariants checked)."""
+    folder = tmp_path_factory.mktemp("graph2")
+    cfg = folder / "graph.cfg"
+    cfg.write_text(two_key_config((tla_dir() / "default.cfg").read_text()))
+    dump = folder / "two_keys"
+    result = run_tlc(tla_dir() / "MC.tla", cfg, extra_args=["-dump", "dot,actionlabels", str(dump)])
+    assert result.outcome == "ok", (result.outcome, result.property, result.errors)
+    return read_graph(Path(f"{dump}.dot"))
+
+
+@functools.cache
+def default_mutant_run(mutant: str) -> TlcResult:
+    """TLC on tla/default.cfg with ``Mutant`` set (one run per mutant per session, shared by tests)."""
+    folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
+    cfg = folder / "mutant.cfg"
+    cfg.write_text((tla_dir() / "default.cfg").read_text().replace('Mutant = "none"', f'Mutant = "{mutant}"'))
+    return run_tlc(tla_dir() / "MC.tla", cfg)

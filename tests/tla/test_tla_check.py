@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import default_mutant_run
 
 import kvprobe.tlc
 from kvprobe import check
@@ -92,7 +93,7 @@ def _cfg_value(name: str, constant: str) -> str:
     return found.group(1).strip()
 
 
-@pytest.mark.parametrize("name", ["default", "liveness2", "deadlock"])
+@pytest.mark.parametrize("name", ["default", "liveness2", "liveness-ci", "deadlock"])
 def test_configs_explore_two_keys_and_two_requests(name: str) -> None:
     assert _cfg_value(name, "Keys") == "{k1, k2}"
     assert _cfg_value(name, "Reqs") == "{r1, r2}"
@@ -228,10 +229,8 @@ ENQUEUE_ONCE_CLAUSE = {
 
 @pytest.mark.tlc
 @pytest.mark.parametrize("mutant", [*sorted(SPEC_CAUGHT_BY), "flush-submits-cleaned"])
-def test_every_spec_mutant_is_caught_by_its_clause(mutant: str, tmp_path: Path) -> None:
-    cfg = tmp_path / "mutant.cfg"
-    cfg.write_text((tla_dir() / "default.cfg").read_text().replace('Mutant = "none"', f'Mutant = "{mutant}"'))
-    result = run_tlc(tla_dir() / "MC.tla", cfg)
+def test_every_spec_mutant_is_caught_by_its_clause(mutant: str) -> None:
+    result = default_mutant_run(mutant)
     expected = SPEC_CAUGHT_BY.get(mutant) or CAUGHT_BY[mutant]
     assert (result.outcome, result.property) == ("invariant", expected), result.errors
     assert result.trace[0].action == "Init" and len(result.trace) >= 3
@@ -248,6 +247,32 @@ def test_lost_failure_is_a_liveness_violation(capsys: pytest.CaptureFixture[str]
     assert main(["--quiet", "--config", "liveness", "--mutant", "worker-error-drops-batch"]) == EXIT_LIVENESS
     out = capsys.readouterr().out
     assert "VIOLATED liveness property EventuallyReclaimed" in out
+    assert "-> Back to state" in out or "-> Stuttering" in out
+
+
+@pytest.mark.tlc
+def test_liveness_on_two_keys_and_two_requests_holds() -> None:
+    # liveness-ci.cfg: 2 keys x 2 requests, 2 generations, no timeout, no death.
+    assert main(["--quiet", "--config", "liveness-ci"]) == EXIT_OK
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize(
+    ("mutant", "leak"),
+    [
+        # a failed group publishes nothing: its probe stays IN_FLIGHT for ever
+        ("worker-error-drops-batch", "stays IN_FLIGHT forever"),
+        # a result nobody waits on resolves instead of reclaiming: the table never empties
+        ("orphan-never-reclaimed", "without the table emptying"),
+    ],
+)
+def test_liveness_on_two_keys_catches_a_state_leaked_for_ever(
+    mutant: str, leak: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--quiet", "--config", "liveness-ci", "--mutant", mutant]) == EXIT_LIVENESS
+    out = capsys.readouterr().out
+    assert "VIOLATED liveness property EventuallyReclaimed" in out
+    assert leak in out
     assert "-> Back to state" in out or "-> Stuttering" in out
 
 

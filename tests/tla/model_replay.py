@@ -1,0 +1,424 @@
+"""Model-based testing: replay TLC's explored state graph through ``kvprobe.spec.model``.
+
+For every edge ``source -[Action]-> dest`` of the ``-dump dot,actionlabels``
+graph, the source TLA+ state is turned into a reference-model state
+(:func:`to_model`), the Python action of the same name is applied with the
+arguments read off the step (:func:`replay_edge`), and the result is
+compared with the TLA+ destination in a common projection
+(:func:`view_of_model` against :func:`view_of_tla`): the probe table, the
+reverse index, the step's batch, the generation counter, the open groups,
+the worker's state, its queue, running and stuck calls, the published
+outcomes, the lookup's output and the history both models keep (forced,
+told, submissions, the phase at submission, applied outcomes, stale
+effects, moot generations).  The TLA+ side of the comparison is read from
+the dump directly, never through :func:`to_model`, so a mapping slip shows
+up as a difference.
+
+What the models represent differently is projected away: group ids and
+batch ids (a TLA+ group is its value), the order of a batch's groups and of
+a group's keys, the code's counters, and the key of a history entry (TLA+
+keeps some history per generation; a generation belongs to one key).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kvprobe.spec import model
+from kvprobe.spec.lifecycle import LookupPhase
+from kvprobe.tlc import parse_value
+
+TlaState = Mapping[str, object]
+View = dict[str, object]
+
+#: The model's bound on stuck calls in the configs replayed (MaxStuck).
+MAX_STUCK = 1
+#: The history key of a generation whose key no variable of the state names any more.
+NO_KEY = b"?"
+#: The failure name a TLA+ FailGroup maps to (any backend error: the model does not distinguish).
+FAIL = "raised"
+
+_DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(?:,style = filled)?\];?$')
+_DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
+
+
+@functools.cache
+def _value(text: str) -> object:
+    # Most values repeat across thousands of states: parse each text once.
+    return parse_value(text)
+
+
+def read_graph(path: Path) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
+    """Read a ``-dump dot,actionlabels`` file: (states by id, edges (source, action, dest)).
+
+    The same result as ``kvprobe.tlc.read_state_graph``, with each distinct
+    value text parsed once (the whole default graph in seconds, not minutes).
+
+    Raises:
+        ValueError: a value cannot be parsed.
+    """
+    states: dict[str, dict[str, object]] = {}
+    edges: list[tuple[str, str, str]] = []
+    with path.open() as stream:
+        for line in stream:
+            edge = _DOT_EDGE.match(line)
+            if edge:
+                edges.append((edge.group(1), edge.group(3), edge.group(2)))
+                continue
+            node = _DOT_NODE.match(line.rstrip("\n"))
+            if node:
+                label = node.group(2).replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+                state: dict[str, object] = {}
+                for chunk in label.split("\n/\\ "):
+                    name, _, text = chunk.removeprefix("/\\ ").partition(" = ")
+                    state[name.strip()] = _value(text)
+                states[node.group(1)] = state
+    return states, edges
+
+
+# --- values ----------------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+def _by_identity(fn: Callable[[Any], _T]) -> Callable[[Any], _T]:
+    """Memoize ``fn`` on its argument's identity.
+
+    :func:`read_graph` parses each distinct value text once, so equal values
+    of different states are one object: converting each object once makes
+    the whole graph cheap.  The memo keeps the argument alive (its id stays
+    unique).
+    """
+    memo: dict[int, tuple[object, _T]] = {}
+
+    def cached(value: Any) -> _T:
+        hit = memo.get(id(value))
+        if hit is None:
+            hit = memo[id(value)] = (value, fn(value))
+        return hit[1]
+
+    return cached
+
+
+@functools.cache
+def _key(k: object) -> bytes:
+    return str(k).encode()
+
+
+def _verdict(v: object) -> bool | None:
+    return None if v == "none" else v == "hit"
+
+
+@_by_identity
+def _gval(group: Mapping[str, object]) -> tuple[str, frozenset[tuple[bytes, int]]]:
+    """A TLA+ group as a value: (request, probes)."""
+    probes: Iterable[tuple[object, int]] = group["probes"]  # type: ignore[assignment]
+    return str(group["req"]), frozenset((_key(k), g) for k, g in probes)
+
+
+def _mgval(group: model.Group) -> tuple[str, frozenset[tuple[bytes, int]]]:
+    return group.req, frozenset(zip(group.keys, group.gens, strict=True))
+
+
+def _tla_groups(state: TlaState) -> set[tuple[str, frozenset[tuple[bytes, int]]]]:
+    found = set()
+    for var in ("open", "taken", "stuck"):
+        found |= {_gval(g) for g in state[var]}  # type: ignore[attr-defined]
+    for batch in state["subq"]:  # type: ignore[attr-defined]
+        found |= {_gval(g) for g in batch}
+    for outcome in state["resq"]:  # type: ignore[attr-defined]
+        if outcome["kind"] != "died":
+            found.add(_gval(outcome["grp"]))
+    return found
+
+
+# --- TLA+ state -> reference-model state -------------------------------------------------
+
+
+def to_model(state: TlaState) -> model.State:
+    """The reference-model state that stands for a TLA+ state (group ids assigned by value)."""
+    values = sorted(_tla_groups(state), key=lambda g: (g[0], sorted(g[1])))
+    groups: dict[tuple[str, frozenset[tuple[bytes, int]]], model.Group] = {}
+    for gid, (req, probes) in enumerate(values, start=1):
+        pairs = sorted(probes)
+        groups[(req, probes)] = model.Group(gid, 0, req, tuple(k for k, _ in pairs), tuple(g for _, g in pairs))
+    owner = {g: k for _, probes in values for k, g in probes}  # which key each generation is of
+
+    def grp(value: object) -> model.Group:
+        return groups[_gval(value)]  # type: ignore[arg-type]
+
+    def outcome(o: Mapping[str, object]) -> model.Outcome:
+        if o["kind"] == "died":
+            return model.DEATH_MARKER
+        group = grp(o["grp"])
+        ans: Mapping[tuple[object, int], str] = o["ans"]  # type: ignore[assignment]
+        answers = {(_key(k), g): v == "hit" for (k, g), v in dict(ans).items()}
+        kind = str(o["kind"])
+        if kind == "ok":
+            verdicts = tuple(answers[(k, g)] for k, g in zip(group.keys, group.gens, strict=True))
+            return model.Outcome(group, verdicts, None, bool(o["late"]))
+        failure = {"fail": FAIL, "timeout": model.TIMEOUT, "saturated": model.SATURATED}[kind]
+        return model.Outcome(group, None, failure, bool(o["late"]))
+
+    phase: Mapping[object, str] = state["phase"]  # type: ignore[assignment]
+    gen: Mapping[object, int] = state["gen"]  # type: ignore[assignment]
+    waiters: Mapping[object, frozenset[object]] = state["waiters"]  # type: ignore[assignment]
+    verdict: Mapping[object, str] = state["verdict"]  # type: ignore[assignment]
+    for k in phase:
+        owner.setdefault(gen[k], _key(k))
+    down = bool(state["down"])
+    taken = {grp(g).group_id: grp(g) for g in state["taken"]}  # type: ignore[attr-defined]
+    resq = tuple(outcome(o) for o in state["resq"])  # type: ignore[attr-defined]
+    out: Mapping[str, object] = state["out"]  # type: ignore[assignment]
+    told: Mapping[tuple[object, int], str] = state["told"]  # type: ignore[assignment]
+    forced: Mapping[object, bool] = state["forced"]  # type: ignore[assignment]
+
+    def per_gen(var: str) -> dict[tuple[bytes, int], int]:
+        counts: tuple[int, ...] = state[var]  # type: ignore[assignment]
+        return {(owner.get(g, NO_KEY), g): n for g, n in enumerate(counts, start=1) if n}
+
+    sent_in: tuple[str, ...] = state["sentIn"]  # type: ignore[assignment]
+    return model.State(
+        probes={
+            _key(k): model.Probe(LookupPhase(p), gen[k], frozenset(str(r) for r in waiters[k]), _verdict(verdict[k]))
+            for k, p in phase.items()
+            if p != "ABSENT"
+        },
+        requests={str(r): frozenset(_key(k) for k in ks) for r, ks in state["requests"].items() if ks},  # type: ignore[attr-defined]
+        step_batch=tuple(sorted((_key(k), g, str(r)) for k, g, r in state["batch"])),  # type: ignore[attr-defined]
+        outstanding={grp(g).group_id: grp(g) for g in state["open"]},  # type: ignore[attr-defined]
+        queue=tuple(tuple(sorted((grp(g) for g in b), key=lambda x: x.group_id)) for b in state["subq"]),  # type: ignore[attr-defined]
+        taken={} if down else taken,
+        stopped_taken=taken if down else {},
+        stray={grp(g).group_id: grp(g) for g in state["stuck"]},  # type: ignore[attr-defined]
+        inbox=() if down else resq,
+        discarded=resq if down else (),
+        next_gen=int(state["nextGen"]),  # type: ignore[call-overload]
+        next_group=len(values) + 1,
+        closed=down,
+        worker=str(state["wstate"]),
+        out=None if out["key"] == "none" else (_key(out["key"]), str(out["req"]), _verdict(out["ans"])),
+        submitted=per_gen("sent"),
+        submitted_not_pending=frozenset(
+            (owner.get(g, NO_KEY), g) for g, p in enumerate(sent_in, start=1) if p not in ("never", "PENDING")
+        ),
+        applied=per_gen("applied"),
+        stale_applied=1 if state["stale"] else 0,
+        forced=frozenset((_key(k), gen[k]) for k, f in forced.items() if f),
+        moot=frozenset((owner.get(g, NO_KEY), g) for g in state["moot"]),  # type: ignore[attr-defined]
+        told={(_key(k), g): v == "hit" for (k, g), v in told.items() if v != "none"},
+    )
+
+
+# --- the common projection -----------------------------------------------------------------
+
+
+def _oview(grp: object, kind: str, ans: Iterable[tuple[tuple[bytes, int], bool]], late: bool) -> tuple[object, ...]:
+    return (grp, kind, frozenset(ans), late)
+
+
+def _per_key(f: Callable[[Any], object] = lambda v: v) -> Callable[[Any], object]:
+    return _by_identity(lambda fn: {_key(k): f(v) for k, v in fn.items()})
+
+
+def _tla_outcome(o: Mapping[str, Any]) -> tuple[object, ...]:
+    pairs = [((_key(k), g), v == "hit") for (k, g), v in dict(o["ans"]).items()]
+    grp = None if o["kind"] == "died" else _gval(o["grp"])
+    return _oview(grp, str(o["kind"]), pairs, bool(o["late"]))
+
+
+def _tla_out(out: Mapping[str, Any]) -> object:
+    return None if out["key"] == "none" else (_key(out["key"]), str(out["req"]), _verdict(out["ans"]))
+
+
+def _groups(gs: Iterable[Any]) -> frozenset[object]:
+    return frozenset(_gval(g) for g in gs)
+
+
+def _counts(counts: tuple[int, ...]) -> dict[int, int]:
+    return {g: n for g, n in enumerate(counts, start=1) if n}
+
+
+#: How each TLA+ variable reads in the common projection (memoized per value object).
+_TLA_VIEW: dict[str, Callable[[Any], object]] = {
+    "phase": _per_key(),
+    "gen": _per_key(),
+    "waiters": _per_key(lambda ws: frozenset(str(r) for r in ws)),
+    "verdict": _per_key(_verdict),
+    "requests": _by_identity(lambda rs: {str(r): frozenset(_key(k) for k in ks) for r, ks in rs.items() if ks}),
+    "batch": _by_identity(lambda b: frozenset((_key(k), g, str(r)) for k, g, r in b)),
+    "nextGen": lambda n: n,
+    "open": _by_identity(_groups),
+    "down": lambda d: d,
+    "out": _by_identity(_tla_out),
+    "wstate": lambda w: w,
+    "subq": _by_identity(lambda q: tuple(_groups(b) for b in q)),
+    "taken": _by_identity(_groups),
+    "stuck": _by_identity(_groups),
+    "resq": _by_identity(lambda q: tuple(_tla_outcome(o) for o in q)),
+    "forced": _per_key(bool),
+    "told": _by_identity(
+        lambda told: frozenset(((_key(k), g), v == "hit") for (k, g), v in told.items() if v != "none")
+    ),
+    "sent": _by_identity(_counts),
+    "sentIn": _by_identity(
+        lambda sent_in: frozenset(g for g, p in enumerate(sent_in, start=1) if p not in ("never", "PENDING"))
+    ),
+    "applied": _by_identity(_counts),
+    "stale": bool,
+    "moot": lambda m: m,
+}
+
+
+def view_of_tla(state: TlaState) -> View:
+    """The common projection, read from a TLA+ state (``keys``: the model's Keys)."""
+    view = {name: convert(state[name]) for name, convert in _TLA_VIEW.items()}
+    view["keys"] = frozenset(view["phase"])  # type: ignore[arg-type]
+    return view
+
+
+def _kind(o: model.Outcome) -> str:
+    if model.is_death_marker(o):
+        return "died"
+    if o.failure is None:
+        return "ok"
+    return {model.TIMEOUT: "timeout", model.SATURATED: "saturated"}.get(o.failure, "fail")
+
+
+def view_of_model(s: model.State, keys: Iterable[bytes]) -> View:
+    """The common projection, read from a reference-model state (``keys``: the model's Keys)."""
+    keys = frozenset(keys)
+
+    def probe(k: bytes) -> model.Probe | None:
+        return s.probes.get(k)
+
+    def oview(o: model.Outcome) -> tuple[object, ...]:
+        if model.is_death_marker(o):
+            return _oview(None, "died", (), o.late)
+        said = o.verdicts if o.verdicts is not None else (False,) * len(o.group.keys)
+        pairs = [((k, g), v) for k, g, v in zip(o.group.keys, o.group.gens, said, strict=True)]
+        return _oview(_mgval(o.group), _kind(o), pairs, o.late)
+
+    def per_gen(counts: Mapping[tuple[bytes, int], int]) -> dict[int, int]:
+        total: dict[int, int] = {}
+        for (_, g), n in counts.items():
+            total[g] = total.get(g, 0) + n
+        return {g: n for g, n in total.items() if n}
+
+    stuck = {**s.stray, **{gid: s.taken[gid] for gid in s.timed_out}}
+    running = [g for gid, g in s.taken.items() if gid not in s.timed_out] + list(s.stopped_taken.values())
+    return {
+        "phase": {k: (p.phase.value if (p := probe(k)) else "ABSENT") for k in keys},
+        "gen": {k: (p.gen if (p := probe(k)) else 0) for k in keys},
+        "waiters": {k: (p.waiters if (p := probe(k)) else frozenset()) for k in keys},
+        "verdict": {k: (p.verdict if (p := probe(k)) else None) for k in keys},
+        "requests": {r: ks for r, ks in s.requests.items() if ks},
+        "batch": frozenset(s.step_batch),
+        "nextGen": s.next_gen,
+        "open": frozenset(_mgval(g) for g in s.outstanding.values()),
+        "down": s.closed,
+        "out": s.out,
+        "wstate": s.worker,
+        "subq": tuple(frozenset(_mgval(g) for g in b) for b in s.queue),
+        "taken": frozenset(_mgval(g) for g in running),
+        "stuck": frozenset(_mgval(g) for g in stuck.values()),
+        "resq": tuple(oview(o) for o in (s.discarded if s.closed else s.inbox)),
+        "forced": {k: (p is not None and (k, p.gen) in s.forced) for k in keys for p in [probe(k)]},
+        "told": frozenset(s.told.items()),
+        "sent": per_gen(s.submitted),
+        "sentIn": frozenset(g for _, g in s.submitted_not_pending),
+        "applied": per_gen(s.applied),
+        "stale": s.stale_applied > 0,
+        "moot": frozenset(g for _, g in s.moot),
+        "keys": keys,
+    }
+
+
+# --- one edge --------------------------------------------------------------------------------
+
+
+def _new_outcome(dest: TlaState) -> Mapping[str, object]:
+    resq: tuple[Mapping[str, object], ...] = dest["resq"]  # type: ignore[assignment]
+    return resq[-1]
+
+
+def _answer_of(s: model.State, o: Mapping[str, object]) -> tuple[int, list[bool]]:
+    """The reference group id of a published outcome's group, and its verdicts in key order."""
+    value = _gval(o["grp"])  # type: ignore[arg-type]
+    pools = (*s.taken.values(), *s.stopped_taken.values(), *s.stray.values())
+    group = next(g for g in pools if _mgval(g) == value)
+    ans: Mapping[tuple[object, int], str] = o["ans"]  # type: ignore[assignment]
+    answers = {(_key(k), g): v == "hit" for (k, g), v in dict(ans).items()}
+    return group.group_id, [answers[(k, g)] for k, g in zip(group.keys, group.gens, strict=True)]
+
+
+def _mark_miss_keys(source: TlaState, dest: TlaState) -> list[bytes]:
+    """The keys a MarkMiss step forced: those whose state or moot generation changed.
+
+    A step that changed nothing forced keys already forced (every live forced key).
+    """
+    phase: Mapping[object, str] = source["phase"]  # type: ignore[assignment]
+    live = [k for k, p in phase.items() if p != "ABSENT"]
+    moot_new: frozenset[int] = dest["moot"] - source["moot"]  # type: ignore[operator]
+    changed = [
+        k
+        for k in live
+        if any(source[v][k] != dest[v][k] for v in ("phase", "verdict", "forced", "gen"))  # type: ignore[index]
+        or source["gen"][k] in moot_new  # type: ignore[index]
+    ]
+    return [_key(k) for k in (changed or [k for k in live if source["forced"][k]])]  # type: ignore[index]
+
+
+def replay_edge(action: str, s: model.State, source: TlaState, dest: TlaState) -> model.State:
+    """Apply to ``s`` (``to_model(source)``) the reference-model action the edge names.
+
+    Raises:
+        model.ModelError: the reference model has no such step.
+        KeyError: the edge names an action the reference model does not have.
+    """
+    if action == "Lookup":
+        out: Mapping[str, object] = dest["out"]  # type: ignore[assignment]
+        return model.lookup(s, _key(out["key"]), str(out["req"]))[0]
+    if action == "Flush":
+        subq: tuple[frozenset[Mapping[str, object]], ...] = dest["subq"]  # type: ignore[assignment]
+        owners = {}
+        if len(subq) > len(source["subq"]):  # type: ignore[arg-type]
+            owners = {k: req for req, probes in map(_gval, subq[-1]) for k, _ in probes}
+        return model.flush(s, owners)[0]
+    if action == "Cleanup":
+        before: Mapping[object, frozenset[object]] = source["requests"]  # type: ignore[assignment]
+        after: Mapping[object, frozenset[object]] = dest["requests"]  # type: ignore[assignment]
+        (req,) = [r for r in before if before[r] and not after[r]]
+        return model.cleanup(s, str(req))
+    if action == "MarkMiss":
+        return model.mark_miss(s, _mark_miss_keys(source, dest))
+    if action in ("CompleteGroup", "LateAnswer", "FailGroup", "TimeOut", "Saturate"):
+        gid, verdicts = _answer_of(s, _new_outcome(dest))
+        if action == "CompleteGroup":
+            return model.complete_group(s, gid, verdicts)
+        if action == "LateAnswer":
+            return model.late_answer(s, gid, verdicts)
+        if action == "FailGroup":
+            return model.fail_group(s, gid, FAIL)
+        if action == "TimeOut":
+            return model.time_out(s, gid, MAX_STUCK)
+        return model.saturate(s, gid, MAX_STUCK)
+    if action == "Terminated":
+        return s
+    simple: dict[str, Callable[[model.State], model.State]] = {
+        "Drain": model.drain,
+        "Revive": model.revive,
+        "Shutdown": model.shutdown,
+        "TakeBatch": lambda x: model.take_batch(x)[0],
+        "Die": lambda x: model.worker_dies(x, marker=True),
+    }
+    return simple[action](s)
+
+
+def differences(want: View, got: View) -> list[str]:
+    """The projected variables that differ, one line each."""
+    return [f"{name}: TLA+ {want[name]!r}, reference {got.get(name)!r}" for name in want if want[name] != got.get(name)]

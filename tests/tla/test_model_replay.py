@@ -1,0 +1,153 @@
+"""Model-based testing: the reference model (kvprobe.spec.model) takes every step TLC explored.
+
+The graph is ``default_graph`` (tla/default.cfg with one key, without
+symmetry: every state concrete).  Every edge is replayed through the Python
+action of the same name (tests/tla/model_replay.py) and the successor is
+compared with TLC's in the common projection; every state satisfies every
+Python invariant (TLC checked that the TLA+ ones hold there).  The other
+direction of "same verdicts" is checked on violating states: the last state
+of each mutant's counterexample on default.cfg (two keys) breaks the Python
+invariant of the name TLC reported.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import pytest
+from conftest import default_mutant_run
+from model_replay import differences, replay_edge, to_model, view_of_model, view_of_tla
+
+from kvprobe.spec import model
+from kvprobe.tlc import parse_value
+
+Graph = tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]
+
+#: Every action of KVProbe's Next; each must be replayed at least once.
+ACTIONS = {
+    "Lookup", "Flush", "Drain", "Revive", "Cleanup", "MarkMiss", "Shutdown", "TakeBatch",
+    "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Terminated",
+}  # fmt: skip
+
+
+def replay(graph: Graph, *, stop_at_first: bool = False) -> tuple[Counter[str], list[str]]:
+    """Replay ``graph``: (edges replayed per action, one line per divergence)."""
+    states, edges = graph
+    views = {sid: view_of_tla(state) for sid, state in states.items()}
+    models = {sid: to_model(state) for sid, state in states.items()}
+    failures: list[str] = []
+    for sid in states:
+        # The mapping itself: a TLA+ state and its reference state project alike.
+        got = view_of_model(models[sid], views[sid]["keys"])  # type: ignore[arg-type]
+        failures += [f"state {sid}: {line}" for line in differences(views[sid], got)]
+        failures += [
+            f"state {sid}: {name} fails in the reference model" for name in model.broken_invariants(models[sid])
+        ]
+    if failures:
+        return Counter(), failures
+    replayed: Counter[str] = Counter()
+    for source, action, dest in edges:
+        try:
+            after = replay_edge(action, models[source], states[source], states[dest])
+        except model.ModelError as error:
+            failures.append(f"edge {source} -[{action}]-> {dest}: the reference model refused: {error}")
+        else:
+            got = view_of_model(after, views[dest]["keys"])  # type: ignore[arg-type]
+            failures += [f"edge {source} -[{action}]-> {dest}: {line}" for line in differences(views[dest], got)]
+        replayed[action] += 1
+        if failures and stop_at_first:
+            break
+    return replayed, failures
+
+
+@pytest.mark.tlc
+def test_every_edge_of_the_default_graph_is_a_step_of_the_reference_model(default_graph: Graph) -> None:
+    replayed, failures = replay(default_graph)
+    assert not failures, f"{len(failures)} divergences; first: " + "\n".join(failures[:5])
+    _, edges = default_graph
+    assert sum(replayed.values()) == len(edges) > 100_000
+    assert set(replayed) == ACTIONS, f"actions never replayed: {ACTIONS - set(replayed)}"
+
+
+#: What the two-key graph adds: a group of two keys, a MarkMiss of two keys.
+TWO_KEY_ACTIONS = ACTIONS - {"Die", "Revive", "TimeOut", "Saturate", "LateAnswer"}
+
+
+@pytest.mark.tlc
+def test_every_edge_of_a_two_key_graph_is_a_step_of_the_reference_model(two_key_graph: Graph) -> None:
+    replayed, failures = replay(two_key_graph)
+    assert not failures, f"{len(failures)} divergences; first: " + "\n".join(failures[:5])
+    states, edges = two_key_graph
+    assert sum(replayed.values()) == len(edges)
+    assert set(replayed) == TWO_KEY_ACTIONS, f"actions never replayed: {TWO_KEY_ACTIONS - set(replayed)}"
+    pairs = [(states[s], states[d]) for s, a, d in edges if a == "Flush"]
+    assert any(len(g["probes"]) == 2 for _, d in pairs for b in d["subq"] for g in b), "no group of two keys"  # type: ignore[attr-defined, index]
+    forced = [(states[s], states[d]) for s, a, d in edges if a == "MarkMiss"]
+    assert any(sum(not s["forced"][k] and d["forced"][k] for k in s["forced"]) == 2 for s, d in forced), (
+        "no MarkMiss of two keys"
+    )  # type: ignore[attr-defined, index]
+
+
+@pytest.mark.tlc
+def test_a_stale_result_slipped_into_the_reference_model_is_the_first_divergence(
+    default_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one-line slip: the outcome's generation is not compared (probe_drain
+    # is told the state's own generation), so a stale result is applied.
+    correct = model.probe_drain
+    monkeypatch.setattr(model, "probe_drain", lambda probe, gen, verdict: correct(probe, probe.gen, verdict))
+    _, failures = replay(default_graph, stop_at_first=True)
+    assert failures, "the replay did not see a stale result applied"
+    first = failures[0]
+    assert "-[Drain]->" in first, first
+    assert any(var in first for var in ("phase:", "verdict:", "gen:", "applied:", "stale:")), first
+
+
+@pytest.mark.tlc
+def test_a_slip_in_a_python_invariant_is_seen_on_the_explored_states(
+    default_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slip in a Python invariant: NothingLeaks asking for waiters on every
+    # state, IN_FLIGHT included (an orphan in flight is a reachable, correct state).
+    monkeypatch.setitem(model.INVARIANTS, "NothingLeaks", lambda s: all(p.waiters for p in s.probes.values()))
+    _, failures = replay(default_graph, stop_at_first=True)
+    assert failures and "NothingLeaks fails in the reference model" in failures[0], failures[:1]
+
+
+#: For each invariant, a mutant TLC catches with it on default.cfg (tests/tla/test_tla_check.py).
+VIOLATED_BY = {
+    "EnqueueOnce": "lookup-rejoins-batch",
+    "NoDuplicateProbe": "cleanup-drops-in-flight",
+    "StaleGenerationDropped": "stale-reclaims-newer",
+    "VerdictIffResolved": "mark-miss-in-flight-unguarded",
+    "ForcedMissSticks": "double-result",
+    "VerdictProvenance": "verdict-from-other-key",
+    "LookupAnswers": "lookup-skips-drain",
+    "ReverseIndexConsistent": "cleanup-keeps-reverse-index",
+    "NothingLeaks": "death-forgets-open",
+    "AfterShutdownEmpty": "lookup-after-shutdown",
+}
+
+
+def _states(values: Sequence[Mapping[str, str]]) -> list[dict[str, object]]:
+    return [{name: parse_value(text) for name, text in step.items()} for step in values]
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("invariant", sorted(VIOLATED_BY))
+def test_the_reference_invariant_breaks_where_tlc_reports_its_namesake(invariant: str) -> None:
+    result = default_mutant_run(VIOLATED_BY[invariant])
+    assert (result.outcome, result.property) == ("invariant", invariant), result.errors
+    *before, last = _states([step.values for step in result.trace])
+    for state in before:
+        assert model.broken_invariants(to_model(state)) == [], state
+    assert invariant in model.broken_invariants(to_model(last)), last
+
+
+def test_invariant_names_are_those_of_the_tla_model() -> None:
+    from kvprobe.tlc import tla_dir
+
+    text = (tla_dir() / "KVProbe.tla").read_text()
+    for name in model.INVARIANTS:
+        assert f"\n{name} ==" in text, name
