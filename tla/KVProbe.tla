@@ -37,7 +37,7 @@ CONSTANTS
     Keys,      \* block keys
     Reqs,      \* request ids
     MaxGen,    \* generations 1..MaxGen may be created (bounds new probes)
-    MaxStuck,  \* the worker saturates while this many calls are stuck
+    MaxStuck,  \* the worker saturates while this many calls are stuck (0: no timeout)
     MaxDeaths, \* the worker dies at most this often (a bound of the model)
     Mutant     \* "none" or a mutant name
 
@@ -54,7 +54,7 @@ SpecMutants == {"fail-resolves-hit", "verdict-from-other-key", "flush-ignores-ge
 Mutants == {"none"} \cup NamedMutants \cup SpecMutants
 
 ASSUME Mutant \in Mutants
-ASSUME MaxGen \in Nat /\ MaxStuck \in Nat \ {0} /\ MaxDeaths \in Nat
+ASSUME MaxGen \in Nat /\ MaxStuck \in Nat /\ MaxDeaths \in Nat
 
 Gens == 1..MaxGen
 NoGen == 0
@@ -446,7 +446,9 @@ TimeOutOf(G) ==
     /\ stuck' = IF Mutant = "timeout-frees-call" THEN stuck ELSE stuck \cup {G}
 
 \* MaxStuck calls are stuck: the group is answered SATURATED at once, no call.
+\* MaxStuck = 0 is a manager without a timeout: no call is stuck, none saturates.
 SaturateOf(G) ==
+    /\ MaxStuck > 0
     /\ Cardinality(stuck) >= MaxStuck
     /\ IF Mutant = "saturate-publishes-nothing"
        THEN /\ wstate # DEAD /\ G \in taken
