@@ -113,9 +113,16 @@ ACTIONS = st.lists(
         st.tuples(st.just("time_out"), st.integers(0, 3)),
         st.tuples(st.just("die"), st.booleans()),
         st.tuples(st.just("revive")),
+        st.tuples(st.just("saturate"), st.integers(0, 3)),
+        st.tuples(st.just("late"), st.integers(0, 3), st.booleans()),
+        st.tuples(st.just("shutdown"), st.integers(0, 9)),
     ),
     max_size=40,
 )
+
+
+#: The bound on stuck calls of the walks (the code's max_stuck_calls).
+MAX_STUCK = 2
 
 
 def _walk(actions: list[tuple[object, ...]]) -> list[State]:
@@ -123,8 +130,12 @@ def _walk(actions: list[tuple[object, ...]]) -> list[State]:
     seen = [s]
     for action in actions:
         kind = action[0]
-        # Worker actions need a live worker; a dead one is revived at the next flush.
-        taken = sorted(s.taken) if not s.worker_dead else []
+        # Worker actions need a live (or stopped) worker; a dead one is revived at the next flush.
+        pool = s.stopped_taken if s.closed else s.taken
+        taken = sorted(pool) if not s.worker_dead else []
+        running = [g for g in taken if g not in s.timed_out]
+        if s.closed and kind in ("lookup", "flush", "drain", "cleanup", "mark_miss", "take", "die", "revive"):
+            continue  # the scheduler is gone; the stopped worker may still answer
         if kind == "lookup":
             s, _ = model.lookup(s, action[1], action[2])  # type: ignore[arg-type]
         elif kind == "flush":
@@ -139,17 +150,22 @@ def _walk(actions: list[tuple[object, ...]]) -> list[State]:
             s, _ = model.take_batch(s)
         elif kind == "complete" and taken:
             gid = taken[action[1] % len(taken)]  # type: ignore[operator]
-            s = model.complete_group(s, gid, [bool(action[2])] * len(s.taken[gid].keys))
+            s = model.complete_group(s, gid, [bool(action[2])] * len(pool[gid].keys))
         elif kind == "fail" and taken:
             s = model.fail_group(s, taken[action[1] % len(taken)], "raised")  # type: ignore[operator]
-        elif kind == "time_out":
-            fresh = [g for g in taken if g not in s.timed_out]
-            if fresh:
-                s = model.time_out(s, fresh[action[1] % len(fresh)])  # type: ignore[operator]
+        elif kind == "time_out" and running and len(s.stuck()) < MAX_STUCK:
+            s = model.time_out(s, running[action[1] % len(running)], MAX_STUCK)  # type: ignore[operator]
         elif kind == "die" and not s.worker_dead:
             s = model.worker_dies(s, marker=bool(action[1]))
         elif kind == "revive":
             s = model.revive(s)
+        elif kind == "saturate" and running and len(s.stuck()) >= MAX_STUCK:
+            s = model.saturate(s, running[action[1] % len(running)], MAX_STUCK)  # type: ignore[operator]
+        elif kind == "late" and s.stuck():
+            gid = sorted(s.stuck())[action[1] % len(s.stuck())]  # type: ignore[operator]
+            s = model.late_answer(s, gid, [bool(action[2])] * len(s.stuck()[gid].keys))
+        elif kind == "shutdown" and action[1] == 9:
+            s = model.shutdown(s)
         seen.append(s)
     return seen
 
@@ -163,7 +179,11 @@ def test_the_model_keeps_its_invariants(actions: list[tuple[object, ...]]) -> No
 @given(ACTIONS)
 def test_the_model_reclaims_everything_when_played_out(actions: list[tuple[object, ...]]) -> None:
     # EventuallyReclaimed: every request leaves, the worker answers everything, all is drained.
-    s = model.revive(_walk(actions)[-1])
+    s = _walk(actions)[-1]
+    if s.closed:
+        assert model.Reclaimed(s), s
+        return
+    s = model.revive(s)
     for req in sorted(s.requests):
         s = model.cleanup(s, req)
     s, _ = model.flush(s)
@@ -227,3 +247,67 @@ def test_guards_of_worker_actions() -> None:
     for act in (lambda: model.take_batch(s), lambda: model.drain(s), lambda: model.time_out(s, 1)):
         with pytest.raises(model.ModelError):
             act()
+
+
+def _in_flight(keys: tuple[bytes, ...] = (b"k0",)) -> State:
+    """``keys`` asked by request a, flushed and taken by the worker."""
+    s = model.initial()
+    for key in keys:
+        s, _ = model.lookup(s, key, "a")
+    s, _ = model.flush(s)
+    s, _ = model.take_batch(s)
+    return s
+
+
+def test_the_death_marker_fails_every_open_group_when_drained() -> None:
+    s = model.worker_dies(_in_flight(), marker=True)
+    assert s.inbox == (model.DEATH_MARKER,) and not s.taken and s.worker_dead
+    assert model.NothingLeaks(s)  # the marker is coming for the open group
+    s = model.drain(s)
+    assert s.probes[b"k0"].verdict is False and not s.outstanding
+    assert model.broken_invariants(s) == []
+    with pytest.raises(model.ModelError):
+        model.flush(s)  # a dead worker is revived first
+    s = model.revive(s)
+    assert s.worker == "up" and model.broken_invariants(s) == []
+
+
+def test_a_late_answer_after_a_timeout_is_dropped_and_saturation_answers_miss() -> None:
+    s = _in_flight()
+    (gid,) = s.taken
+    s = model.time_out(s, gid, 1)
+    s = model.drain(s)
+    assert s.probes[b"k0"].verdict is False
+    s, _ = model.lookup(s, b"k1", "a")
+    s, _ = model.flush(s)
+    s, (group,) = model.take_batch(s)
+    with pytest.raises(model.ModelError):
+        model.time_out(s, group.group_id, 1)  # one call is stuck already: Saturate
+    s = model.drain(model.saturate(s, group.group_id, 1))
+    assert s.probes[b"k1"].verdict is False and s.told[(b"k1", 2)] is False
+    s = model.drain(model.late_answer(s, gid, [True]))
+    assert s.probes[b"k0"].verdict is False and not s.stuck()
+    assert model.broken_invariants(s) == []
+
+
+def test_the_stopped_worker_publishes_but_nothing_is_applied() -> None:
+    s = model.shutdown(_in_flight())
+    (gid,) = s.stopped_taken
+    s = model.complete_group(s, gid, [True])
+    assert len(s.discarded) == 1 and not s.inbox and not s.probes
+    assert model.broken_invariants(s) == []
+    with pytest.raises(model.ModelClosedError):
+        model.drain(s)
+
+
+def test_lookup_answers_reads_what_the_lookup_returned() -> None:
+    s = _in_flight()
+    s = model.complete_group(s, next(iter(s.taken)), [True])
+    s, answer = model.lookup(s, b"k0", "b")  # drains first: visible at once
+    assert answer is True and s.out == (b"k0", "b", True) and model.LookupAnswers(s)
+    assert not model.LookupAnswers(replace(s, out=(b"k0", "b", None)))  # published, yet "ask again"
+    s = model.mark_miss(s, [b"k0"])
+    assert s.out is None
+    s, answer = model.lookup(s, b"k0", "c")
+    assert answer is False and model.LookupAnswers(s)
+    assert not model.LookupAnswers(replace(s, out=(b"k0", "c", True)))  # forced, yet HIT
