@@ -35,7 +35,9 @@ The per-probe functions (:func:`probe_lookup`, :func:`probe_drain`, ...),
 (``pre:``/``post:`` in their docstrings) that CrossHair checks
 (``crosshair check kvprobe.spec.model``).
 
-Errors: actions raise :class:`ModelClosedError` after :func:`shutdown` and
+Errors: scheduler actions (and :func:`worker_dies`) raise
+:class:`ModelClosedError` after :func:`shutdown`; the stopped worker's calls
+may still answer (their outcomes are discarded).  Every action raises
 :class:`ModelError` when called where the model's relation has no step (an
 action's enabling condition is false, e.g. taking a batch from an empty
 queue); the state passed in is never changed (it is immutable).
