@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 from conftest import default_mutant_run
-from model_replay import differences, replay_edge, to_model, view_of_model, view_of_tla
+from model_replay import View, differences, replay_edge, to_model, view_of_model, view_of_tla
 
 from kvprobe.spec import model
 from kvprobe.tlc import parse_value
@@ -31,11 +31,22 @@ ACTIONS = {
 }  # fmt: skip
 
 
+_PREPARED: dict[int, tuple[dict[str, View], dict[str, model.State]]] = {}
+
+
+def _prepared(graph: Graph) -> tuple[dict[str, View], dict[str, model.State]]:
+    """Each state's projection and reference state, once per graph (neither reads what the slips patch)."""
+    if id(graph) not in _PREPARED:
+        states = graph[0]
+        views = {sid: view_of_tla(state) for sid, state in states.items()}
+        _PREPARED[id(graph)] = views, {sid: to_model(state) for sid, state in states.items()}
+    return _PREPARED[id(graph)]
+
+
 def replay(graph: Graph, *, stop_at_first: bool = False) -> tuple[Counter[str], list[str]]:
     """Replay ``graph``: (edges replayed per action, one line per divergence)."""
     states, edges = graph
-    views = {sid: view_of_tla(state) for sid, state in states.items()}
-    models = {sid: to_model(state) for sid, state in states.items()}
+    views, models = _prepared(graph)
     failures: list[str] = []
     for sid in states:
         # The mapping itself: a TLA+ state and its reference state project alike.
