@@ -13,7 +13,7 @@ invariant of the name TLC reported.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 from conftest import default_mutant_run
@@ -79,6 +79,53 @@ def test_every_edge_of_the_default_graph_is_a_step_of_the_reference_model(defaul
     _, edges = default_graph
     assert sum(replayed.values()) == len(edges) > 100_000
     assert set(replayed) == ACTIONS, f"actions never replayed: {ACTIONS - set(replayed)}"
+
+
+#: Actions whose guard the two models state alike, with how the reference model tries them.
+GUARDED: dict[str, Callable[[model.State], object]] = {
+    "TakeBatch": model.take_batch,
+    "Drain": model.drain,
+    "Die": lambda s: model.worker_dies(s, marker=True),
+}
+
+
+@pytest.mark.tlc
+def test_the_reference_model_refuses_the_steps_tlc_never_takes(default_graph: Graph) -> None:
+    # The replay shows every TLC step is a reference step; this shows the
+    # converse for the actions without arguments: where TLC has no such
+    # edge, the reference model raises (Die: also bounded by MaxDeaths = 1).
+    states, edges = default_graph
+    _, models = _prepared(default_graph)
+    taken: dict[str, set[str]] = {sid: set() for sid in states}
+    for source, action, _ in edges:
+        taken[source].add(action)
+    wrong: list[str] = []
+    for sid, state in states.items():
+        for action, attempt in GUARDED.items():
+            try:
+                attempt(models[sid])
+                accepted = action != "Die" or state["deaths"] == 0
+            except model.ModelError:
+                accepted = False
+            if accepted != (action in taken[sid]):
+                wrong.append(f"state {sid}: {action} TLC {action in taken[sid]}, reference {accepted}")
+    assert not wrong, f"{len(wrong)} states; first: " + "\n".join(wrong[:3])
+    assert all(any(action in acts for acts in taken.values()) for action in GUARDED)
+
+
+@pytest.mark.tlc
+def test_a_guard_slipped_out_of_the_reference_model_is_seen(
+    default_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slip: Drain does not know the death marker (it refuses to apply it).
+    def drain_without_marker(s: model.State) -> model.State:
+        if s.inbox and model.is_death_marker(s.inbox[0]):
+            raise model.ModelError("Drain: not a group's outcome")
+        return model.drain(s)
+
+    monkeypatch.setitem(GUARDED, "Drain", drain_without_marker)
+    with pytest.raises(AssertionError, match="Drain TLC True, reference False"):
+        test_the_reference_model_refuses_the_steps_tlc_never_takes(default_graph)
 
 
 #: What the two-key graph adds: a group of two keys, a MarkMiss of two keys.
