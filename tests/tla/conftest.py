@@ -27,28 +27,20 @@ def safety_only(cfg_text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+Graph = tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]
+
+
+def _without_symmetry(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith("SYMMETRY")) + "\n"
+
+
 def graph_config(cfg_text: str) -> str:
     """default.cfg with one key and without symmetry, for a state graph Python can read.
 
     Per-key phase transitions need one key only; symmetry would leave edges
     to states TLC never stores (it keeps one state per symmetry class).
     """
-    text = re.sub(r"Keys = \{[^}]*\}", "Keys = {k1}", safety_only(cfg_text))
-    return "\n".join(line for line in text.splitlines() if not line.startswith("SYMMETRY")) + "\n"
-
-
-@pytest.fixture(scope="session")
-def default_graph(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
-    """TLC's explored state graph of tla/default.cfg with one key (invariants checked, no symmetry)."""
-    folder = tmp_path_factory.mktemp("graph")
-    cfg = folder / "graph.cfg"
-    cfg.write_text(graph_config((tla_dir() / "default.cfg").read_text()))
-    dump = folder / "default"
-    result = run_tlc(tla_dir() / "MC.tla", cfg, extra_args=["-dump", "dot,actionlabels", str(dump)])
-    assert result.outcome == "ok", (result.outcome, result.property, result.errors)
-    return read_graph(Path(f"{dump}.dot"))
+    return _without_symmetry(re.sub(r"Keys = \{[^}]*\}", "Keys = {k1}", safety_only(cfg_text)))
 
 
 def two_key_config(cfg_text: str) -> str:
@@ -66,21 +58,29 @@ def two_key_config(cfg_text: str) -> str:
     ):
         assert old in text, old
         text = text.replace(old, new)
-    return "\n".join(line for line in text.splitlines() if not line.startswith("SYMMETRY")) + "\n"
+    return _without_symmetry(text)
 
 
-@pytest.fixture(scope="session")
-def two_key_graph(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
-    """TLC's explored state graph of :func:`two_key_config` (invariants checked)."""
-    folder = tmp_path_factory.mktemp("graph2")
+def explored_graph(folder: Path, cfg_text: str) -> Graph:
+    """TLC's explored state graph of a config (invariants checked; TLC must find no violation)."""
     cfg = folder / "graph.cfg"
-    cfg.write_text(two_key_config((tla_dir() / "default.cfg").read_text()))
-    dump = folder / "two_keys"
+    cfg.write_text(cfg_text)
+    dump = folder / "graph"
     result = run_tlc(tla_dir() / "MC.tla", cfg, extra_args=["-dump", "dot,actionlabels", str(dump)])
     assert result.outcome == "ok", (result.outcome, result.property, result.errors)
     return read_graph(Path(f"{dump}.dot"))
+
+
+@pytest.fixture(scope="session")
+def default_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of tla/default.cfg with one key (invariants checked, no symmetry)."""
+    return explored_graph(tmp_path_factory.mktemp("graph"), graph_config((tla_dir() / "default.cfg").read_text()))
+
+
+@pytest.fixture(scope="session")
+def two_key_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of :func:`two_key_config` (invariants checked)."""
+    return explored_graph(tmp_path_factory.mktemp("graph2"), two_key_config((tla_dir() / "default.cfg").read_text()))
 
 
 @functools.cache
