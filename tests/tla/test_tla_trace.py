@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvprobe.backends.memory import InMemoryBackend
-from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED, main
+from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED, EXIT_USAGE, main
 from kvprobe.statemachine import AsyncLookupManager, FailureKind, ManualWorker, ReqContext
 from kvprobe.tlc import trace_to_tla
 
@@ -113,10 +113,15 @@ def test_corrupted_trace_is_rejected(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "REJECTED" in capsys.readouterr().out
 
 
-def test_trace_with_a_dropped_event_is_rejected(tmp_path: Path) -> None:
+def test_trace_with_a_dropped_event_is_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     events = record(mark_miss_in_flight_and_orphan)
+    first_drain = next(i for i, e in enumerate(events) if e["action"] == "Drain")
+    without_drain = events[:first_drain] + events[first_drain + 1 :]
+    assert main(["--quiet", "--trace", str(write(without_drain, tmp_path / "nodrain.ndjson"))]) == EXIT_TRACE_REJECTED
+    # Without the Flush, the worker's events name groups no flush submitted: not a trace at all.
     without_flush = [e for e in events if e["action"] != "Flush"]
-    assert main(["--quiet", "--trace", str(write(without_flush, tmp_path / "noflush.ndjson"))]) == EXIT_TRACE_REJECTED
+    assert main(["--quiet", "--trace", str(write(without_flush, tmp_path / "noflush.ndjson"))]) == EXIT_USAGE
+    assert "was not submitted by an earlier Flush" in capsys.readouterr().err
 
 
 def test_trace_module_names_the_log_and_bounds() -> None:
