@@ -39,6 +39,7 @@ from kvprobe.tlc import (
     read_trace,
     run_tlc,
     tla_dir,
+    trace_coverage_line,
     trace_to_tla,
 )
 
@@ -388,6 +389,8 @@ def _check_trace(path: Path, workers: int, quiet: bool, raw: bool = False) -> in
             progress.clear()
     if result.outcome == "invariant" and result.property == "TraceUnfinished":
         print(f"kvprobe check --trace {path}: ACCEPTED, all {len(events)} events: {_summary(result)}")
+        # Each event of an accepted trace matched one step of its action.
+        print(trace_coverage_line(events))
         return EXIT_OK
     if result.outcome == "ok":
         print(
