@@ -8,6 +8,7 @@ through the command line, and its report must name that clause.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_unknown_mutant_lists_both_kinds(capsys: pytest.CaptureFixture[str]) -> 
     assert "fail-resolves-hit" in err and "double-result" in err
 
 
-@pytest.mark.tlc
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
 @pytest.mark.parametrize("mutant", sorted(SPEC_CAUGHT_BY))
 def test_spec_mutant_is_reported_by_its_clause(mutant: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--quiet", "--workers", "1", "--mutant", mutant]) == EXIT_INVARIANT
