@@ -3,10 +3,11 @@
 Examples::
 
     kvprobe check                       # tla/default.cfg, the correct model
-    kvprobe check --mutant double-result
+    kvprobe check --mutant double-result       # a named mutant (a defect seen in the field)
+    kvprobe check --mutant fail-resolves-hit   # a spec mutant (see --list)
     kvprobe check --config keys2 --workers 2
     kvprobe check --config reach        # every reachability witness must exist
-    kvprobe check --trace run.ndjson    # is a recorded trace a behaviour of the model?
+    kvprobe check --trace run.ndjson    # is a recorded trace a behaviour of the model? (+ actions covered)
     kvprobe check --list
     kvprobe check --diagram             # the lifecycle diagram (docs/lifecycle.md)
 

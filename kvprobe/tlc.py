@@ -305,6 +305,9 @@ def run_tlc(
         cmd = [
             java,
             "-XX:+UseParallelGC",
+            # A long trace's records nest deeply (a function of many keys is a
+            # chain of @@): the default thread stack overflows on a few hundred.
+            "-Xss64m",
             f"-Djava.io.tmpdir={folder / 'java-tmp'}",
             *java_props,
             "-cp",
@@ -665,6 +668,7 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
         f"    MaxDeaths = {deaths}\n"
         '    Mutant = "none"\n'
         "    Log <- TraceLog\n"
+        "    FlushOwners <- TraceFlushOwners\n"
         f"    WorkerLogged = {'TRUE' if worker_logged else 'FALSE'}\n"
         "INIT TraceInit\n"
         "NEXT TraceNext\n"

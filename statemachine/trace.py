@@ -102,8 +102,10 @@ class TraceRecorder:
 
     ``lock`` is re-entrant: a scheduler action holds it while it runs (its
     drain emits Drain events inside it).  A sink that raises on a worker
-    thread does not stop the worker: the error is kept in ``worker_error``
-    and raised by the next scheduler event.
+    thread does not stop the worker (the outcome is still published): the
+    error is kept in ``worker_error`` and raised by the next scheduler event,
+    after that event's action was performed (the trace is incomplete from
+    then on; the manager's state is not).
     """
 
     def __init__(self, sink: TraceSink) -> None:

@@ -44,6 +44,19 @@ Same == UNCHANGED vars
 \* the worker the manager starts again).
 CoreEvents == {"Lookup", "Flush", "Drain", "Cleanup", "MarkMiss", "Shutdown"}
 
+\* Flush's owner functions, for the recorded flush only (the config puts this
+\* in place of KVProbe's FlushOwners): each submitted entry's owner is the
+\* request of the recorded group holding its probe, any other entry's is the
+\* request that asked (the only one Flush's guard allows).  Flush's guard
+\* still checks them; without this, TLC would enumerate |Reqs|^|entries|.
+TraceFlushOwners(entries) ==
+    LET groups == Log[i].groups
+        Holds(G, x) == <<x[1], x[2]>> \in G.probes
+        OwnerOf(x) == IF \E G \in groups : Holds(G, x)
+                      THEN (CHOOSE G \in groups : Holds(G, x)).req
+                      ELSE x[3]
+    IN {[x \in entries |-> OwnerOf(x)]}
+
 Matches(e) ==
     CASE e.action = "Lookup" ->
             \* the code drains before every lookup, a repeated one included
