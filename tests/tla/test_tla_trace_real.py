@@ -19,6 +19,11 @@ trace with ``kvprobe check --trace`` (tla/Trace.tla):
 
 Every trace must be ACCEPTED, and together they must cover every action of
 the model that the code can produce (the coverage line each check prints).
+
+Two runs show where the code and the model still differ (each an xfail that
+names the divergence, and passes once code or model is changed to agree):
+simultaneous timeouts beyond ``max_stuck_calls``, and outcomes queued behind
+a death marker being drained before it.
 """
 
 from __future__ import annotations
@@ -359,6 +364,35 @@ def test_simultaneous_timeouts_respect_the_stuck_bound(tmp_path: Path) -> None:
     status, output = check_trace(events, tmp_path / "stuck.ndjson")
     if status == EXIT_TRACE_REJECTED:
         pytest.xfail(STUCK_BOUND_DIVERGENCE)
+    assert status == EXIT_OK, output
+
+
+MARKER_ORDER_DIVERGENCE = (
+    "known divergence: draining a death marker applies the outcomes queued behind it first "
+    "(LookupCore.fail_outstanding drains the inbox before failing the open groups), while the model "
+    "drains the marker first; here the late answer behind it is dropped either way"
+)
+
+
+def test_outcomes_behind_a_death_marker_are_drained_after_it(tmp_path: Path) -> None:
+    events: Events = []
+    m = AsyncLookupManager(InMemoryBackend([KEYS[0]]), worker="manual", trace=events.append)
+    w = m.worker
+    assert isinstance(w, ManualWorker)
+    m.lookup(KEYS[0], R0)
+    m.lookup(KEYS[1], R1)
+    m.flush()
+    batch = w.take_batch()
+    assert batch is not None
+    stuck, _ = batch.groups
+    w.time_out(stuck)  # its call is stuck
+    w.die(publish_marker=True)  # the other group is lost
+    w.complete(stuck)  # the stuck call answers late, behind the marker
+    assert m.lookup(KEYS[1], R1) is False
+    m.shutdown()
+    status, output = check_trace(events, tmp_path / "marker.ndjson")
+    if status == EXIT_TRACE_REJECTED:
+        pytest.xfail(MARKER_ORDER_DIVERGENCE)
     assert status == EXIT_OK, output
 
 
