@@ -32,6 +32,7 @@ from pathlib import Path
 from kvprobe.explain import explain
 from kvprobe.progress import Progress
 from kvprobe.tlc import (
+    WORKER_EVENTS,
     CheckerMissing,
     Message,
     Step,
@@ -454,9 +455,27 @@ def _check_trace(path: Path, workers: int, quiet: bool, raw: bool = False) -> in
             f"kvprobe check --trace {path}: REJECTED: no behaviour of the model matches all {len(events)} events "
             f"(TLC search depth {result.depth}): {_summary(result)}"
         )
+        stop = _first_unmatched(events, result.depth)
+        if stop is not None:
+            print(
+                f"the first {stop} events match; none continues with event seq={events[stop].get('seq')} "
+                f"({events[stop].get('action')})"
+            )
         return EXIT_TRACE_REJECTED
     _report(result, f"--trace {path}", [], raw=raw)
     return _EXIT_BY_OUTCOME[result.outcome]
+
+
+def _first_unmatched(events: Sequence[dict[str, object]], depth: int | None) -> int | None:
+    """Index of the first event no behaviour matches, or None if the depth does not tell.
+
+    When the worker's events are in the trace, every step of the trace spec
+    matches one event, so a search of depth d (states on its longest path,
+    the initial one included) matched the first d - 1 events.
+    """
+    if depth is None or not any(e.get("action") in WORKER_EVENTS for e in events):
+        return None
+    return depth - 1 if 0 <= depth - 1 < len(events) else None
 
 
 def diagram_markdown() -> str:

@@ -310,6 +310,10 @@ def test_a_reordered_threaded_trace_is_rejected(
     events.insert(take, events.pop(answer))
     status, output = check_trace(events, tmp_path / "reordered.ndjson")
     assert status == EXIT_TRACE_REJECTED, output
+    # The report names the first event no behaviour can take.
+    assert (
+        f"the first {take} events match; none continues with event seq={events[take]['seq']} (CompleteGroup)" in output
+    )
 
 
 def test_stateful_sample_exercises_the_worker(validated: dict[str, tuple[int, str, Events] | str]) -> None:
