@@ -123,7 +123,7 @@ def timeouts() -> Events:
     """TimeOut, Saturate, FailGroup and LateAnswer from the ThreadedWorker."""
     backend = GatedBackend()
     events: Events = []
-    m = AsyncLookupManager(backend, trace=events.append, lookup_timeout_s=1.0, max_stuck_calls=1)
+    m = AsyncLookupManager(backend, trace=events.append, lookup_timeout_s=2.0, max_stuck_calls=1)
     slow, broken = ReqContext("slow"), ReqContext("broken")
     try:
         m.lookup(KEYS[0], slow)
