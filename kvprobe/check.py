@@ -3,10 +3,11 @@
 Examples::
 
     kvprobe check                       # tla/default.cfg, the correct model
-    kvprobe check --mutant double-result
+    kvprobe check --mutant double-result       # a named mutant (a defect seen in the field)
+    kvprobe check --mutant fail-resolves-hit   # a spec mutant (see --list)
     kvprobe check --config keys2 --workers 2
     kvprobe check --config reach        # every reachability witness must exist
-    kvprobe check --trace run.ndjson    # is a recorded trace a behaviour of the model?
+    kvprobe check --trace run.ndjson    # is a recorded trace a behaviour of the model? (+ actions covered)
     kvprobe check --list
     kvprobe check --diagram             # the lifecycle diagram (docs/lifecycle.md)
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from kvprobe.explain import explain
 from kvprobe.progress import Progress
 from kvprobe.tlc import (
+    WORKER_EVENTS,
     CheckerMissing,
     Message,
     Step,
@@ -39,6 +41,7 @@ from kvprobe.tlc import (
     read_trace,
     run_tlc,
     tla_dir,
+    trace_coverage_line,
     trace_to_tla,
 )
 
@@ -54,7 +57,9 @@ __all__ = [
     "EXIT_UNREACHED",
     "EXIT_USAGE",
     "MUTANTS",
+    "MUTANT_SUMMARIES",
     "configs",
+    "declared_mutants",
     "diagram_markdown",
     "main",
 ]
@@ -88,6 +93,50 @@ MUTANTS: tuple[str, ...] = (
     "orphan-never-reclaimed",
     "mark-miss-in-flight-unguarded",
 )
+
+#: One line per mutant for ``--list`` (docs/properties.md has the full table);
+#: the names ``--mutant`` accepts are those tla/KVProbe.tla declares.
+MUTANT_SUMMARIES: dict[str, str] = {
+    "flush-submits-cleaned": "Flush submits entries whose state was reclaimed since the lookup",
+    "cleanup-drops-in-flight": "Cleanup deletes an IN_FLIGHT state; the key is probed again",
+    "stale-result-applied": "Drain applies a result without comparing generations",
+    "double-result": "Drain applies a second result (a late answer) to a RESOLVED state",
+    "worker-error-drops-batch": "a failed backend call publishes nothing; its probes stay IN_FLIGHT",
+    "orphan-never-reclaimed": "a result for a state nobody waits on resolves it instead of reclaiming it",
+    "mark-miss-in-flight-unguarded": "MarkMiss leaves an IN_FLIGHT state IN_FLIGHT: its result overrides the MISS",
+    "fail-resolves-hit": "Drain resolves a failed, timed-out or saturated group's keys as HIT",
+    "verdict-from-other-key": "Drain gives each key the answer of one (any) key of the group",
+    "flush-ignores-gen": "Flush submits a PENDING key's entry without comparing its generation",
+    "flush-submits-forced": "Flush submits an entry without checking it is still PENDING",
+    "lookup-rejoins-batch": "a request joining a PENDING probe adds a second batch entry",
+    "lookup-skips-drain": "Lookup answers without draining the published outcomes first",
+    "stale-reclaims-newer": "an outcome reclaims an orphan without comparing generations",
+    "flush-while-dead": "Flush submits to a dead worker instead of reviving it first",
+    "death-forgets-open": "the death marker's Drain forgets the open groups instead of failing them",
+    "lookup-after-shutdown": "Lookup is not refused after Shutdown",
+    "cleanup-keeps-reverse-index": "Cleanup leaves the request's keys in the reverse index",
+    "saturate-publishes-nothing": "Saturate takes the group but publishes nothing",
+}
+
+_DECLARED = {"named": "NamedMutants", "spec": "SpecMutants"}
+
+
+def declared_mutants() -> dict[str, list[str]]:
+    """The mutants tla/KVProbe.tla declares, by kind: ``{"named": [...], "spec": [...]}``.
+
+    ``named`` are the defects seen in the field (DESIGN's list, :data:`MUTANTS`);
+    ``spec`` are the one-line slips written to measure the invariants.
+
+    Raises:
+        FileNotFoundError: no tla/ folder.
+    """
+    model = (tla_dir() / "KVProbe.tla").read_text()
+    found: dict[str, list[str]] = {}
+    for kind, name in _DECLARED.items():
+        declared = re.search(rf"^{name} == \{{(.*?)\}}", model, re.DOTALL | re.MULTILINE)
+        found[kind] = re.findall(r'"([\w-]+)"', declared.group(1)) if declared else []
+    return found
+
 
 EPILOG = f"""\
 exit status:
@@ -129,7 +178,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", default="default", help="a tla/NAME.cfg (default: default); see --list")
-    parser.add_argument("--mutant", default="none", help="check a named mutant instead of the correct model")
+    parser.add_argument(
+        "--mutant", default="none", help="check a mutant (named or spec-level; see --list) instead of the correct model"
+    )
     parser.add_argument("--workers", type=int, default=1, help="TLC worker threads (default 1)")
     parser.add_argument("--trace", type=Path, help="check that a recorded NDJSON trace is a behaviour of the model")
     parser.add_argument("--list", action="store_true", help="list the configs and the mutants, then exit")
@@ -185,16 +236,24 @@ def _main(args: argparse.Namespace) -> int:
         print("configs (tla/NAME.cfg):")
         for name, summary in configs().items():
             print(f"  {name:<12} {summary}")
-        print("mutants (--mutant NAME):")
-        for mutant in MUTANTS:
-            print(f"  {mutant}")
+        kinds = declared_mutants()
+        headings = {
+            "named": "named mutants, the defects seen in the field (--mutant NAME):",
+            "spec": "spec mutants, one-line slips that measure the invariants (--mutant NAME):",
+        }
+        for kind, heading in headings.items():
+            print(heading)
+            for mutant in kinds[kind]:
+                print(f"  {mutant:<30} {MUTANT_SUMMARIES.get(mutant, '(see docs/properties.md)')}")
         return EXIT_OK
     if args.workers < 1:
         print("kvprobe check: --workers must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    if args.mutant != "none" and args.mutant not in MUTANTS:
-        print(f"kvprobe check: unknown mutant {args.mutant!r}; choose from {', '.join(MUTANTS)}", file=sys.stderr)
-        return EXIT_USAGE
+    if args.mutant != "none":
+        known = [m for names in declared_mutants().values() for m in names]
+        if args.mutant not in known:
+            print(f"kvprobe check: unknown mutant {args.mutant!r}; choose from {', '.join(known)}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         if args.trace is not None:
             return _check_trace(args.trace, args.workers, args.quiet, args.raw)
@@ -388,15 +447,35 @@ def _check_trace(path: Path, workers: int, quiet: bool, raw: bool = False) -> in
             progress.clear()
     if result.outcome == "invariant" and result.property == "TraceUnfinished":
         print(f"kvprobe check --trace {path}: ACCEPTED, all {len(events)} events: {_summary(result)}")
+        # Each event of an accepted trace matched one step of its action.
+        print(trace_coverage_line(events))
         return EXIT_OK
     if result.outcome == "ok":
         print(
             f"kvprobe check --trace {path}: REJECTED: no behaviour of the model matches all {len(events)} events "
             f"(TLC search depth {result.depth}): {_summary(result)}"
         )
+        stop = _first_unmatched(events, result.depth)
+        if stop is not None:
+            print(
+                f"the first {stop} events match; none continues with event seq={events[stop].get('seq')} "
+                f"({events[stop].get('action')})"
+            )
         return EXIT_TRACE_REJECTED
     _report(result, f"--trace {path}", [], raw=raw)
     return _EXIT_BY_OUTCOME[result.outcome]
+
+
+def _first_unmatched(events: Sequence[dict[str, object]], depth: int | None) -> int | None:
+    """Index of the first event no behaviour matches, or None if the depth does not tell.
+
+    When the worker's events are in the trace, every step of the trace spec
+    matches one event, so a search of depth d (states on its longest path,
+    the initial one included) matched the first d - 1 events.
+    """
+    if depth is None or not any(e.get("action") in WORKER_EVENTS for e in events):
+        return None
+    return depth - 1 if 0 <= depth - 1 < len(events) else None
 
 
 def diagram_markdown() -> str:

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "CORE_EVENTS",
     "JAVA_PACKAGE",
     "TLA2TOOLS_SHA256",
+    "WORKER_EVENTS",
     "CheckerMissing",
     "Message",
     "ModelValue",
@@ -48,6 +50,8 @@ __all__ = [
     "read_trace",
     "run_tlc",
     "tla_dir",
+    "trace_coverage",
+    "trace_coverage_line",
     "trace_to_tla",
 ]
 
@@ -301,6 +305,9 @@ def run_tlc(
         cmd = [
             java,
             "-XX:+UseParallelGC",
+            # A long trace's records nest deeply (a function of many keys is a
+            # chain of @@): the default thread stack overflows on a few hundred.
+            "-Xss64m",
             f"-Djava.io.tmpdir={folder / 'java-tmp'}",
             *java_props,
             "-cp",
@@ -449,22 +456,72 @@ def _tla_verdict(value: object) -> str:
     raise ValueError(f"a verdict must be true, false or null, got {value!r}")
 
 
-def _tla_event(event: Mapping[str, object]) -> str:
+#: The model's actions a trace event can name: the core's, then the worker's.
+CORE_EVENTS = ("Lookup", "Flush", "Drain", "Cleanup", "MarkMiss", "Shutdown")
+WORKER_EVENTS = ("TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive")
+
+
+def _answers(keys: Sequence[str], gens: Sequence[str], verdicts: object, seq: object) -> str:
+    """A TLA+ function probe -> "hit"/"miss": the verdicts, or MISS for every key if None."""
+    if verdicts is None:
+        answers = ['"miss"'] * len(keys)
+    else:
+        if not isinstance(verdicts, list) or len(verdicts) != len(keys):
+            raise ValueError(f"event {seq}: one verdict per key expected")
+        answers = [_tla_verdict(bool(v)) for v in verdicts]
+    pairs = [f"<<{k}, {g}>> :> {a}" for k, g, a in zip(keys, gens, answers, strict=True)]
+    return "(" + " @@ ".join(pairs) + ")" if pairs else "<<>>"
+
+
+def _tla_event(event: Mapping[str, object], groups: Mapping[int, Mapping[str, object]]) -> str:
+    """One event as a TLA+ record; ``groups`` maps the group ids flushed so far to their ``{req, keys, gens}``."""
     action = event.get("action")
-    fields: dict[str, str] = {"action": _tla_string(str(action)), "size": str(int(str(event.get("size", 0))))}
+    seq = event.get("seq")
+    fields: dict[str, str] = {"action": _tla_string(str(action))}
 
     def strings(name: str) -> list[str]:
         value = event.get(name) or []
         if not isinstance(value, list):
-            raise ValueError(f"event {event.get('seq')}: {name} must be a list")
+            raise ValueError(f"event {seq}: {name} must be a list")
         return [_tla_string(str(v)) for v in value]
 
     def ints(name: str) -> list[str]:
         value = event.get(name) or []
         if not isinstance(value, list):
-            raise ValueError(f"event {event.get('seq')}: {name} must be a list")
+            raise ValueError(f"event {seq}: {name} must be a list")
         return [str(int(v)) for v in value]
 
+    def group(gid: object) -> Mapping[str, object]:
+        if not isinstance(gid, int) or gid not in groups:
+            raise ValueError(f"event {seq}: group {gid!r} was not submitted by an earlier Flush")
+        return groups[gid]
+
+    if action in WORKER_EVENTS:
+        if action == "TakeBatch":
+            ids = event.get("groups")
+            if not isinstance(ids, list):
+                raise ValueError(f"event {seq}: groups must be a list of group ids")
+            fields["groups"] = _tla_groups([group(g) for g in ids], seq)
+        elif action not in ("Die", "Revive"):
+            found = group(event.get("group"))
+            fields["grp"] = _tla_group(found)
+            if action in ("CompleteGroup", "LateAnswer"):
+                keys = [_tla_string(str(k)) for k in found["keys"]]  # type: ignore[attr-defined]
+                gens = [str(int(g)) for g in found["gens"]]  # type: ignore[attr-defined]
+                if action == "CompleteGroup" and event.get("verdicts") is None:
+                    raise ValueError(f"event {seq}: CompleteGroup without verdicts")
+                # A late call that failed answers nothing: MISS for each key (it is dropped anyway).
+                fields["ans"] = _answers(keys, gens, event.get("verdicts"), seq)
+        held = event.get("held")
+        fields["heldKnown"] = "FALSE" if held is None else "TRUE"
+        if held is not None and not isinstance(held, list):
+            raise ValueError(f"event {seq}: held must be a list of group ids")
+        fields["held"] = _tla_groups([group(g) for g in held or []], seq)
+        stuck = event.get("stuck")
+        fields["stuckKnown"] = "FALSE" if stuck is None else "TRUE"
+        fields["stuck"] = "0" if stuck is None else str(int(str(stuck)))
+        return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields.items()) + "]"
+    fields["size"] = str(int(str(event.get("size", 0))))
     if action == "Lookup":
         fields["key"] = _tla_string(str(event["key"]))
         fields["req"] = _tla_string(str(event["req"]))
@@ -472,45 +529,44 @@ def _tla_event(event: Mapping[str, object]) -> str:
         phase = event.get("phase")
         fields["phase"] = _tla_string("ABSENT" if phase is None else str(phase))
     elif action == "Flush":
-        fields["groups"] = _tla_groups(event.get("groups") or [], event.get("seq"))
+        fields["groups"] = _tla_groups(event.get("groups") or [], seq)
     elif action == "Drain":
         keys, gens = strings("keys"), ints("gens")
-        fields["probes"] = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
         verdicts = event.get("verdicts")
         failure = event.get("failure")
-        if verdicts is not None:
-            if not isinstance(verdicts, list) or len(verdicts) != len(keys):
-                raise ValueError(f"event {event.get('seq')}: one verdict per key expected")
-            kind = "ok"
-            answers = [_tla_verdict(bool(v)) for v in verdicts]
+        late = bool(event.get("late"))
+        if failure == "worker_died" and event.get("group") == 0:
+            kind = "died"  # the death marker: no group of its own
+        elif verdicts is not None or late:
+            kind = "ok"  # a late answer is always "ok" in the model (it is dropped)
         else:
             kind = str(failure) if failure in ("timeout", "saturated") else "fail"
-            answers = ['"miss"'] * len(keys)
+        fields["probes"] = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
         fields["kind"] = _tla_string(kind)
-        pairs = [f"<<{k}, {g}>> :> {a}" for k, g, a in zip(keys, gens, answers, strict=True)]
-        fields["ans"] = "(" + " @@ ".join(pairs) + ")" if pairs else "<<>>"
-        fields["late"] = "TRUE" if event.get("late") else "FALSE"
+        fields["ans"] = _answers(keys, gens, verdicts, seq)
+        fields["late"] = "TRUE" if late else "FALSE"
     elif action == "Cleanup":
         fields["req"] = _tla_string(str(event["req"]))
     elif action == "MarkMiss":
         fields["keys"] = "{" + ", ".join(strings("keys")) + "}"
     elif action != "Shutdown":
-        raise ValueError(f"event {event.get('seq')}: unknown action {action!r}")
+        raise ValueError(f"event {seq}: unknown action {action!r}")
     fields["after"] = _tla_after(event)
-    fields["open"] = _tla_groups(event.get("open"), event.get("seq"))
+    fields["open"] = _tla_groups(event.get("open"), seq)
     return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields.items()) + "]"
+
+
+def _tla_group(group: Mapping[str, object]) -> str:
+    keys = [_tla_string(str(k)) for k in group["keys"]]  # type: ignore[attr-defined]
+    gens = [str(int(g)) for g in group["gens"]]  # type: ignore[attr-defined]
+    probes = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
+    return f"[req |-> {_tla_string(str(group['req']))}, probes |-> {probes}]"
 
 
 def _tla_groups(groups: object, seq: object) -> str:
     if not isinstance(groups, list):
         raise ValueError(f"event {seq}: groups must be a list")
-    rendered = []
-    for group in groups:
-        keys = [_tla_string(str(k)) for k in group["keys"]]
-        gens = [str(int(g)) for g in group["gens"]]
-        probes = "{" + ", ".join(f"<<{k}, {g}>>" for k, g in zip(keys, gens, strict=True)) + "}"
-        rendered.append(f"[req |-> {_tla_string(str(group['req']))}, probes |-> {probes}]")
-    return "{" + ", ".join(rendered) + "}"
+    return "{" + ", ".join(_tla_group(g) for g in groups) + "}"
 
 
 def _tla_after(event: Mapping[str, object]) -> str:
@@ -529,14 +585,35 @@ def _tla_after(event: Mapping[str, object]) -> str:
     return "(" + " @@ ".join(pairs) + ")" if pairs else "<<>>"
 
 
+def trace_coverage(events: Sequence[Mapping[str, object]]) -> dict[str, int]:
+    """How many events of each model action a trace holds (0 for actions it lacks).
+
+    For an accepted trace these are the model's steps TLC matched, one per event.
+    """
+    counts = dict.fromkeys((*CORE_EVENTS, *WORKER_EVENTS), 0)
+    for event in events:
+        name = str(event.get("action"))
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def trace_coverage_line(events: Sequence[Mapping[str, object]]) -> str:
+    """:func:`coverage_line` for a trace: each action and how many events matched it, and the actions never matched."""
+    counts = trace_coverage(events)
+    return coverage_line(TlcResult("ok", 0, coverage={name: (n, n) for name, n in counts.items()}))
+
+
 def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun") -> tuple[str, str]:
     """Write a recorded trace as a TLA+ module and its TLC config.
 
     Returns ``(module text, config text)``: the module extends ``Trace``
-    (``tla/Trace.tla``) and defines the trace as the sequence ``TraceLog``,
-    the keys and requests it mentions, and the generations bound; the config
-    checks ``TraceUnfinished``, which TLC reports as violated exactly when the
-    whole trace is a behaviour of KVProbe.
+    (``tla/Trace.tla``) and defines the trace as the sequence ``TraceLog``
+    and the constants sized from it: the keys and requests it mentions, the
+    highest generation, the worker's bound on stuck calls (as recorded by a
+    threaded worker; unbounded otherwise), the number of worker deaths, and
+    whether the worker logged its actions.  The config checks
+    ``TraceUnfinished``, which TLC reports as violated exactly when the whole
+    trace is a behaviour of KVProbe.
 
     Raises:
         ValueError: an event does not follow the schema of
@@ -544,7 +621,11 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
     """
     keys: set[str] = set()
     reqs: set[str] = set()
-    max_gen = 0
+    groups: dict[int, Mapping[str, object]] = {}
+    max_gen = 1
+    max_stuck: int | None = None
+    deaths = 0
+    rendered = []
     for event in events:
         if event.get("key") is not None:
             keys.add(str(event["key"]))
@@ -552,13 +633,22 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
         if event.get("req") is not None:
             reqs.add(str(event["req"]))
         for group in event.get("groups") or []:  # type: ignore[attr-defined]
-            keys.update(str(k) for k in group["keys"])
-            reqs.add(str(group["req"]))
-            max_gen = max([max_gen, *(int(g) for g in group["gens"])])
+            if isinstance(group, dict):  # a Flush's group (TakeBatch lists ids)
+                keys.update(str(k) for k in group["keys"])
+                reqs.add(str(group["req"]))
+                max_gen = max([max_gen, *(int(g) for g in group["gens"])])
+                groups[int(group["group"])] = group
+        for item in event.get("after") or []:  # type: ignore[attr-defined]
+            keys.add(str(item["key"]))
+            reqs.update(str(r) for r in item["waiters"])
+            max_gen = max(max_gen, int(item["gen"]))
         max_gen = max([max_gen, *(int(g) for g in (event.get("gens") or []))])  # type: ignore[attr-defined]
-    lookups = sum(1 for e in events if e.get("action") == "Lookup")
-    max_gen = max(max_gen, 1, lookups)
-    body = ",\n    ".join(_tla_event(e) for e in events)
+        if event.get("max_stuck") is not None:
+            max_stuck = int(str(event["max_stuck"]))
+        deaths += event.get("action") == "Die"
+        rendered.append(_tla_event(event, groups))
+    worker_logged = any(event.get("action") in WORKER_EVENTS for event in events)
+    body = ",\n    ".join(rendered)
     text = (
         f"---- MODULE {module} ----\n"
         "\\* Generated by kvprobe.tlc.trace_to_tla from a recorded NDJSON trace.\n"
@@ -574,10 +664,12 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
         "    Keys <- TraceKeys\n"
         "    Reqs <- TraceReqs\n"
         "    MaxGen <- TraceMaxGen\n"
-        f"    MaxStuck = {len(events) + 1}\n"
-        "    MaxDeaths = 0\n"
+        f"    MaxStuck = {len(events) + 1 if max_stuck is None else max_stuck}\n"
+        f"    MaxDeaths = {deaths}\n"
         '    Mutant = "none"\n'
         "    Log <- TraceLog\n"
+        "    FlushOwners <- TraceFlushOwners\n"
+        f"    WorkerLogged = {'TRUE' if worker_logged else 'FALSE'}\n"
         "INIT TraceInit\n"
         "NEXT TraceNext\n"
         "INVARIANT TraceUnfinished\n"

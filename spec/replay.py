@@ -35,6 +35,10 @@ from kvprobe.spec.model import Group, ModelError, State
 __all__ = ["ReplayReport", "TraceChecker", "TraceDivergence", "check_trace", "main", "replay"]
 
 WORKER_DIED = "worker_died"
+#: Trace events of the worker (kvprobe.statemachine.trace.WORKER_ACTIONS).
+WORKER_EVENTS = frozenset(
+    {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive"}
+)
 
 
 class TraceDivergence(AssertionError):
@@ -103,6 +107,10 @@ class TraceChecker:
 
     def step(self, event: Mapping[str, object]) -> None:
         action = event.get("action")
+        if action in WORKER_EVENTS:
+            # The worker's own events are checked by TLC (tla/Trace.tla); this
+            # replay infers the worker's steps from the outcomes drained.
+            return
         try:
             if action == "Lookup":
                 self.lookup(event)
@@ -146,6 +154,12 @@ class TraceChecker:
 
     def drain(self, event: Mapping[str, object]) -> None:
         gid = event["group"]
+        if gid == 0 and event.get("failure") == WORKER_DIED:
+            # The Drain of a dead worker (its death marker, or the manager
+            # noticing): every open group fails, in submission order.
+            for open_gid in sorted(self.s.outstanding):
+                self.drain({**event, "group": open_gid, **_group_json(self.known[open_gid])})
+            return
         if not isinstance(gid, int) or gid not in self.known:
             raise self.fail(event, f"outcome for group {gid!r}, which no flush submitted")
         group = self.known[gid]

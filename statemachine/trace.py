@@ -1,46 +1,186 @@
-"""Event traces of the core, named by TLA+ action, for trace validation.
+"""Event traces of the manager, named by TLA+ action, for trace validation.
 
 Tracing costs nothing when off: the manager then uses a plain
 :class:`~kvprobe.statemachine.core.LookupCore`.  With a sink it uses
-:class:`TracingCore`, which emits one JSON-ready dict after each action:
+:class:`TracingCore`, which emits one JSON-ready dict after each scheduler
+action, and the workers (:mod:`kvprobe.statemachine.workers`) emit one per
+worker action:
 
-=============  ===============================================================
-``action``     other fields
-=============  ===============================================================
-``Lookup``     ``key`` (hex), ``req``, ``verdict`` (true/false/null), ``phase``
-``Flush``      ``groups``: list of ``{group, req, keys, gens}``
-``Drain``      ``group``, ``keys``, ``gens``, ``verdicts`` (list or null),
-               ``failure`` (FailureKind value or null), ``late``
-``Cleanup``    ``req``
-``MarkMiss``   ``keys``
-``Shutdown``   (none)
-=============  ===============================================================
+=================  ===========================================================
+``action``         other fields
+=================  ===========================================================
+``Lookup``         ``key`` (hex), ``req``, ``verdict`` (true/false/null), ``phase``
+``Flush``          ``groups``: list of ``{group, req, keys, gens}``
+``Drain``          ``group``, ``keys``, ``gens``, ``verdicts`` (list or null),
+                   ``failure`` (FailureKind value or null), ``late``; the Drain
+                   of a dead worker (its death marker, or the manager noticing
+                   the death) is one event with ``group`` 0, no keys and
+                   ``failure`` ``"worker_died"``: it fails every open group
+``Cleanup``        ``req``
+``MarkMiss``       ``keys``
+``Shutdown``       (none)
+``TakeBatch``      ``batch``, ``groups`` (group ids)
+``CompleteGroup``  ``group``, ``verdicts``
+``FailGroup``      ``group``, ``failure``
+``TimeOut``        ``group``
+``Saturate``       ``group``
+``LateAnswer``     ``group``, ``verdicts`` (null if the late call failed), ``failure``
+``Die``            (none); logged by the manager when it notices a worker that
+                   died without publishing a death marker
+``Revive``         (none): a dead worker was started again
+=================  ===========================================================
 
 ``lookup_chain`` emits one ``Lookup`` event per key it looked up (a chain is
-a sequence of Lookup actions).  Every event also has ``seq`` (0, 1, ...), ``size`` (states held after the
-action), ``after`` (for each key the action touched, its state afterwards:
+a sequence of Lookup actions).  Every event has ``seq`` (0, 1, ...).
+Scheduler events also have ``size`` (states held after the action),
+``after`` (for each key the action touched, its state afterwards:
 ``{key, phase, gen, verdict, waiters}``, phase ``ABSENT`` and gen 0 when no
 state is held) and ``open`` (the groups submitted and not answered yet, as
 ``{req, keys, gens}``), so that the trace spec can pin the model's state
 down after every event: a core that applies an outcome it should drop, or
 keeps a state it should reclaim, records a trace no behaviour of the model
-matches.  Worker actions are not recorded: they are implied by the
-outcomes the scheduler drains.  :class:`NdjsonTrace` writes events one JSON object per
-line.
+matches.  Worker events carry the worker's own state after the action where
+the worker knows it: ``held`` (ids of the groups it holds and has not
+answered, ManualWorker) and ``stuck`` (calls past their timeout) with
+``max_stuck`` (ThreadedWorker).
+
+Order.  Events are numbered and handed to the sink under one lock
+(:class:`TraceRecorder`).  A scheduler action holds that lock from start to
+end, and a worker logs each outcome and appends it to the inbox under it
+too, so the recorded order is a linearization of what happened: an outcome
+logged before a ``Lookup`` was drained by that lookup (its ``Drain`` event
+comes first), one logged after it was not yet visible to it.  A worker finds
+the recorder through the ``publish`` callable it is started with (the
+tracing core's inbox), so the manager needs no extra wiring; a worker that
+logs nothing leaves its steps to be inferred by the trace checker.
+:class:`NdjsonTrace` writes events one JSON object per line.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
 from kvprobe.statemachine.core import LookupCore
-from kvprobe.statemachine.types import Batch, ChainAnswer, GroupOutcome, HasReqId, Key
+from kvprobe.statemachine.types import (
+    Batch,
+    ChainAnswer,
+    FailureKind,
+    GroupOutcome,
+    HasReqId,
+    Key,
+    ProbeGroup,
+    is_death_marker,
+)
 
-__all__ = ["NdjsonTrace", "TraceSink", "TracingCore", "read_ndjson", "tracing"]
+__all__ = [
+    "WORKER_ACTIONS",
+    "NdjsonTrace",
+    "TraceRecorder",
+    "TraceSink",
+    "TracedInbox",
+    "TracingCore",
+    "WorkerTracer",
+    "read_ndjson",
+    "tracing",
+    "worker_tracer",
+]
 
 TraceSink = Callable[[dict[str, object]], None]
+
+#: The worker's actions (tla/KVProbe.tla), as trace event names.
+WORKER_ACTIONS = frozenset(
+    {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive"}
+)
+
+
+class TraceRecorder:
+    """Numbers events and hands them to the sink one at a time.
+
+    ``lock`` is re-entrant: a scheduler action holds it while it runs (its
+    drain emits Drain events inside it).  A sink that raises on a worker
+    thread does not stop the worker (the outcome is still published): the
+    error is kept in ``worker_error`` and raised by the next scheduler event,
+    after that event's action was performed (the trace is incomplete from
+    then on; the manager's state is not).
+    """
+
+    def __init__(self, sink: TraceSink) -> None:
+        self.sink = sink
+        self.lock = threading.RLock()
+        self.seq = 0
+        self.worker_error: Exception | None = None
+
+    def emit(self, event: dict[str, object]) -> None:
+        """Number ``event`` and hand it to the sink (raises what the sink raises)."""
+        with self.lock:
+            event = {"seq": self.seq, **event}
+            self.seq += 1
+            self.sink(event)
+
+
+class TracedInbox(deque[GroupOutcome]):
+    """The tracing core's inbox: a plain deque that also carries the worker's tracer."""
+
+    def __init__(self, tracer: WorkerTracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+
+class WorkerTracer:
+    """What a worker uses to log its actions (:func:`worker_tracer` finds it)."""
+
+    def __init__(self, recorder: TraceRecorder) -> None:
+        self.recorder = recorder
+
+    def log(self, action: str, fields: Mapping[str, object], *, on_worker_thread: bool = False) -> None:
+        """Log a worker action that publishes nothing.
+
+        On the scheduler's thread (``ManualWorker``) a sink error is raised;
+        on a worker thread it is kept for the scheduler.
+        """
+        try:
+            self.recorder.emit({"action": action, **fields})
+        except Exception as exc:
+            if not on_worker_thread:
+                raise
+            self.recorder.worker_error = self.recorder.worker_error or exc
+
+    def publish(
+        self, action: str, outcome: GroupOutcome, publish: Callable[[GroupOutcome], None], **fields: object
+    ) -> None:
+        """Log ``action`` for ``outcome`` and publish it, with no scheduler action in between.
+
+        For worker threads: a sink error is kept for the scheduler, and the
+        outcome is published whatever happens to the log.
+        """
+        recorder = self.recorder
+        with recorder.lock:
+            try:
+                recorder.emit({"action": action, **outcome_fields(outcome), **fields})
+            except Exception as exc:
+                recorder.worker_error = recorder.worker_error or exc
+            publish(outcome)
+
+
+def outcome_fields(outcome: GroupOutcome) -> dict[str, object]:
+    """The fields of a worker event that describe ``outcome``."""
+    if is_death_marker(outcome):
+        return {}
+    return {
+        "group": outcome.group.group_id,
+        "verdicts": None if outcome.verdicts is None else list(outcome.verdicts),
+        "failure": None if outcome.failure is None else outcome.failure.value,
+    }
+
+
+def worker_tracer(publish: Callable[[GroupOutcome], None]) -> WorkerTracer | None:
+    """The tracer of the traced manager ``publish`` belongs to, or None if it is not traced."""
+    inbox = getattr(publish, "__self__", None)
+    return inbox.tracer if isinstance(inbox, TracedInbox) else None
 
 
 class TracingCore(LookupCore):
@@ -52,12 +192,18 @@ class TracingCore(LookupCore):
 
     def __init__(self, sink: TraceSink) -> None:
         super().__init__()
-        self._sink = sink
-        self._seq = 0
+        self._recorder = TraceRecorder(sink)
+        self.inbox = TracedInbox(WorkerTracer(self._recorder))
+        # While a dead worker's open groups are failed: their applies are one Drain event.
+        self._failing_open = False
+        self._marker_drained = False
 
     def _emit(self, action: str, touched: Iterable[Key] = (), size: int | None = None, **fields: object) -> None:
+        recorder = self._recorder
+        failed, recorder.worker_error = recorder.worker_error, None
+        if failed is not None:
+            raise failed
         event: dict[str, object] = {
-            "seq": self._seq,
             "action": action,
             **fields,
             "size": len(self.states) if size is None else size,
@@ -67,8 +213,7 @@ class TracingCore(LookupCore):
                 for g in self.outstanding.values()
             ],
         }
-        self._seq += 1
-        self._sink(event)
+        recorder.emit(event)
 
     def _snapshot(self, key: Key) -> dict[str, object]:
         # dict.get: after shutdown the table refuses its own get().
@@ -85,17 +230,18 @@ class TracingCore(LookupCore):
         }
 
     def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
-        verdict = super().lookup(key, req_context)
-        phase = self.phase(key)
-        self._emit(
-            "Lookup",
-            (key,),
-            key=key.hex(),
-            req=req_context.req_id,
-            verdict=verdict,
-            phase=None if phase is None else phase.value,
-        )
-        return verdict
+        with self._recorder.lock:
+            verdict = super().lookup(key, req_context)
+            phase = self.phase(key)
+            self._emit(
+                "Lookup",
+                (key,),
+                key=key.hex(),
+                req=req_context.req_id,
+                verdict=verdict,
+                phase=None if phase is None else phase.value,
+            )
+            return verdict
 
     def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
         # A chain is a sequence of Lookup actions, so it is traced as one
@@ -107,72 +253,124 @@ class TracingCore(LookupCore):
         # the open groups, so each key's state now is its state after its own
         # Lookup, and only the size needs replaying (the new states are the
         # step batch's new entries, one per key asked first by this walk).
-        mark = len(self.step_batch)
-        answer = super().lookup_chain(keys, req_context)
-        created = {id(state) for state in self.step_batch[mark:]}
-        states = self.states
-        size = len(states) - len(created)
-        req = req_context.req_id
-        for key in list(keys)[: answer.looked_up]:
-            state = states[key]
-            if id(state) in created:
-                created.discard(id(state))
-                size += 1
-            phase = state.phase
-            self._emit(
-                "Lookup",
-                (key,),
-                size=size,
-                key=key.hex(),
-                req=req,
-                verdict=state.verdict,
-                phase=None if phase is None else phase.value,
-            )
-        return answer
+        with self._recorder.lock:
+            mark = len(self.step_batch)
+            answer = super().lookup_chain(keys, req_context)
+            created = {id(state) for state in self.step_batch[mark:]}
+            states = self.states
+            size = len(states) - len(created)
+            req = req_context.req_id
+            for key in list(keys)[: answer.looked_up]:
+                state = states[key]
+                if id(state) in created:
+                    created.discard(id(state))
+                    size += 1
+                phase = state.phase
+                self._emit(
+                    "Lookup",
+                    (key,),
+                    size=size,
+                    key=key.hex(),
+                    req=req,
+                    verdict=state.verdict,
+                    phase=None if phase is None else phase.value,
+                )
+            return answer
 
     def flush(self) -> Batch | None:
-        touched = [state.key for state in self.step_batch]
-        batch = super().flush()
-        groups = (
-            []
-            if batch is None
-            else [
-                {"group": g.group_id, "req": g.req_id, "keys": [k.hex() for k in g.keys], "gens": list(g.generations)}
-                for g in batch.groups
-            ]
-        )
-        self._emit("Flush", touched, groups=groups)
-        return batch
+        with self._recorder.lock:
+            touched = [state.key for state in self.step_batch]
+            batch = super().flush()
+            groups = (
+                []
+                if batch is None
+                else [
+                    {
+                        "group": g.group_id,
+                        "req": g.req_id,
+                        "keys": [k.hex() for k in g.keys],
+                        "gens": list(g.generations),
+                    }
+                    for g in batch.groups
+                ]
+            )
+            self._emit("Flush", touched, groups=groups)
+            return batch
 
     def apply(self, outcome: GroupOutcome) -> None:
-        super().apply(outcome)
-        group = outcome.group
-        self._emit(
-            "Drain",
-            group.keys,
-            group=group.group_id,
-            keys=[k.hex() for k in group.keys],
-            gens=list(group.generations),
-            verdicts=None if outcome.verdicts is None else list(outcome.verdicts),
-            failure=None if outcome.failure is None else outcome.failure.value,
-            late=outcome.late,
-        )
+        with self._recorder.lock:
+            group = outcome.group
+            if is_death_marker(outcome):
+                # Its Drain is the one fail_outstanding emits (the worker logged Die).
+                self._marker_drained = True
+                super().apply(outcome)
+                return
+            super().apply(outcome)
+            if self._failing_open:
+                return  # part of the dead worker's one Drain event
+            self._emit(
+                "Drain",
+                group.keys,
+                group=group.group_id,
+                keys=[k.hex() for k in group.keys],
+                gens=list(group.generations),
+                verdicts=None if outcome.verdicts is None else list(outcome.verdicts),
+                failure=None if outcome.failure is None else outcome.failure.value,
+                late=outcome.late,
+            )
+
+    def fail_outstanding(self, failure: FailureKind, detail: str, groups: Iterable[ProbeGroup] | None = None) -> int:
+        if groups is not None or failure is not FailureKind.WORKER_DIED:
+            # Groups a worker could not take: not a model action (see docs/worker.md).
+            with self._recorder.lock:
+                return super().fail_outstanding(failure, detail, groups)
+        with self._recorder.lock:
+            # The worker died: the model's Drain of its death marker, which
+            # fails every open group at once.  Published outcomes are applied
+            # first (as the core does), each its own Drain.
+            if self.inbox:
+                self.drain()
+            if not self._marker_drained:
+                # It died without a marker: the manager noticed at flush or
+                # drain_results; it logs the worker's Die on its behalf.
+                self._recorder.emit({"action": "Die", "by": "manager"})
+            self._marker_drained = False
+            touched = [key for g in self.outstanding.values() for key in g.keys]
+            self._failing_open = True
+            try:
+                failed = super().fail_outstanding(failure, detail, groups)
+            finally:
+                self._failing_open = False
+            self._emit(
+                "Drain",
+                touched,
+                group=0,
+                keys=[],
+                gens=[],
+                verdicts=None,
+                failure=FailureKind.WORKER_DIED.value,
+                late=False,
+            )
+            return failed
 
     def cleanup(self, req_id: str) -> None:
-        request = self.requests.get(req_id)
-        touched = [] if request is None else [state.key for state in request.states]
-        super().cleanup(req_id)
-        self._emit("Cleanup", touched, req=req_id)
+        with self._recorder.lock:
+            request = self.requests.get(req_id)
+            touched = [] if request is None else [state.key for state in request.states]
+            super().cleanup(req_id)
+            self._emit("Cleanup", touched, req=req_id)
 
     def mark_miss(self, keys: Iterable[Key]) -> None:
-        keys = list(keys) if not isinstance(keys, (bytes, bytearray, memoryview, str)) else keys
-        super().mark_miss(keys)
-        self._emit("MarkMiss", keys, keys=[k.hex() for k in keys])
+        with self._recorder.lock:
+            keys = list(keys) if not isinstance(keys, (bytes, bytearray, memoryview, str)) else keys
+            super().mark_miss(keys)
+            self._emit("MarkMiss", keys, keys=[k.hex() for k in keys])
 
     def shutdown(self, message: str = "the lookup manager was shut down") -> None:
-        touched = list(self.states)
-        super().shutdown(message)
-        self._emit("Shutdown", touched)
+        with self._recorder.lock:
+            touched = list(self.states)
+            super().shutdown(message)
+            self._emit("Shutdown", touched)
 
 
 def tracing(core_class: type[LookupCore]) -> Callable[[TraceSink], LookupCore]:

@@ -33,6 +33,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from kvprobe.backends.base import Backend
+from kvprobe.statemachine.trace import WorkerTracer, worker_tracer
 from kvprobe.statemachine.types import (
     Batch,
     FailureKind,
@@ -241,6 +242,7 @@ class ThreadedWorker:
         self._stuck = 0
         self._stopping = False
         self._pid = os.getpid()
+        self._trace: WorkerTracer | None = None  # set by start() when the manager is traced
         _LIVE_WORKERS.add(self)
 
     @property
@@ -270,6 +272,8 @@ class ThreadedWorker:
         fit = getattr(backend, "fit_concurrency", None)
         if callable(fit):
             fit(self.max_concurrent_groups + (self.max_stuck_calls if self.lookup_timeout_s is not None else 0))
+        revived = self._backend is not None
+        self._trace = worker_tracer(publish)
         self._backend = backend
         self._publish = publish
         self._stopping = False
@@ -285,6 +289,8 @@ class ThreadedWorker:
             with self._lock:
                 self._threads.discard(thread)
             raise
+        if revived and self._trace is not None:
+            self._trace.log("Revive", self._trace_state())
 
     def submit(self, batch: Batch) -> None:
         """Queue ``batch`` for the dispatcher (never blocks)."""
@@ -350,6 +356,8 @@ class ThreadedWorker:
                 if isinstance(item, Batch):
                     if not self._stopping:
                         pending.extend(item.groups)
+                        if self._trace is not None:
+                            self._trace_take(item)
                 elif isinstance(item, _Call):
                     running.pop(item, None)
                 if timeout is not None and running:
@@ -360,7 +368,7 @@ class ThreadedWorker:
                 if not ended_as_asked and not self._stopping:
                     # The groups it held are lost: the marker makes the core fail
                     # them at its next drain (a lookup is enough).
-                    self._publish(death_marker(f"worker {self.name!r} dispatcher ended unexpectedly"))
+                    self._send("Die", death_marker(f"worker {self.name!r} dispatcher ended unexpectedly"))
 
     def _start_call(self, group: ProbeGroup, events: queue.SimpleQueue[object], running: dict[_Call, None]) -> None:
         try:
@@ -368,8 +376,9 @@ class ThreadedWorker:
                 if self._stopping:
                     return
                 if self.lookup_timeout_s is not None and self._stuck >= self.max_stuck_calls:
-                    self._publish(
-                        GroupOutcome(group, None, FailureKind.SATURATED, f"{self._stuck} calls stuck past the timeout")
+                    self._send(
+                        "Saturate",
+                        GroupOutcome(group, None, FailureKind.SATURATED, f"{self._stuck} calls stuck past the timeout"),
                     )
                     return
                 caller = self._idle.pop() if self._idle else None
@@ -384,7 +393,7 @@ class ThreadedWorker:
             # group fails; the dispatcher carries on with the next.
             with self._lock:
                 if not self._stopping:
-                    self._publish(GroupOutcome(group, None, FailureKind.WORKER_ERROR, _describe(exc)))
+                    self._send("FailGroup", GroupOutcome(group, None, FailureKind.WORKER_ERROR, _describe(exc)))
 
     def _time_out_overdue(self, running: dict[_Call, None]) -> None:
         now = time.monotonic()
@@ -400,7 +409,7 @@ class ThreadedWorker:
                 self._stuck += 1
                 if not self._stopping:
                     detail = f"no answer within {self.lookup_timeout_s} s"
-                    self._publish(GroupOutcome(call.group, None, FailureKind.TIMEOUT, detail))
+                    self._send("TimeOut", GroupOutcome(call.group, None, FailureKind.TIMEOUT, detail))
 
     # --- caller threads ---------------------------------------------------------
 
@@ -446,7 +455,8 @@ class ThreadedWorker:
                     # Published under the lock and only if not stopped: a call
                     # that outlived shutdown must not reach the closed manager.
                     if not self._stopping:
-                        self._publish(outcome)
+                        answered = "CompleteGroup" if outcome.verdicts is not None else "FailGroup"
+                        self._send("LateAnswer" if call.timed_out else answered, outcome)
                     keep_going = ending is None and not self._stopping
                     if keep_going:
                         self._idle.append(calls)
@@ -477,7 +487,27 @@ class ThreadedWorker:
         self._forget_threads()
         if not self._stopping:
             # Groups the parent's threads held will never be answered here.
-            self._publish(death_marker(f"worker {self.name!r} forked: its threads stayed in the parent"))
+            self._send("Die", death_marker(f"worker {self.name!r} forked: its threads stayed in the parent"))
+
+    # --- trace events (only when the manager is traced) -------------------------
+
+    def _send(self, action: str, outcome: GroupOutcome) -> None:
+        """Publish ``outcome``, logging it as the TLA+ action ``action`` if traced (caller holds the lock)."""
+        trace = self._trace
+        if trace is None:
+            self._publish(outcome)
+        else:
+            trace.publish(action, outcome, self._publish, **self._trace_state())
+
+    def _trace_take(self, batch: Batch) -> None:
+        assert self._trace is not None
+        with self._lock:
+            if not self._stopping:
+                fields = {"batch": batch.batch_id, "groups": [g.group_id for g in batch.groups]}
+                self._trace.log("TakeBatch", {**fields, **self._trace_state()}, on_worker_thread=True)
+
+    def _trace_state(self) -> dict[str, object]:
+        return {"stuck": self._stuck, "max_stuck": self.max_stuck_calls}
 
 
 _LIVE_WORKERS: weakref.WeakSet[ThreadedWorker] = weakref.WeakSet()
@@ -506,14 +536,19 @@ class ManualWorker:
         self._backend: Backend | None = None
         self._publish: Publish = _discard
         self._alive = False
+        self._trace: WorkerTracer | None = None
 
     def start(self, backend: Backend, publish: Publish) -> None:
+        revived = self._backend is not None
         self._backend = backend
         self._publish = publish
+        self._trace = worker_tracer(publish)
         self._alive = True
         self.submitted.clear()
         self.taken.clear()
         self.timed_out.clear()
+        if revived:
+            self._log("Revive")
 
     def submit(self, batch: Batch) -> None:
         self.submitted.append(batch)
@@ -537,6 +572,7 @@ class ManualWorker:
         self._alive = False
         if publish_marker:
             self._publish(death_marker("manual worker died"))
+            self._log("Die")
 
     def take_batch(self) -> Batch | None:
         """TakeBatch: move the oldest submitted batch into ``taken``."""
@@ -545,6 +581,7 @@ class ManualWorker:
         batch = self.submitted.popleft()
         for group in batch.groups:
             self.taken[group.group_id] = group
+        self._log("TakeBatch", batch=batch.batch_id, groups=[g.group_id for g in batch.groups])
         return batch
 
     def complete(self, group: ProbeGroup, verdicts: Sequence[bool] | None = None) -> GroupOutcome:
@@ -552,6 +589,7 @@ class ManualWorker:
 
         After :meth:`time_out` the answer is published as ``late``.
         """
+        late = group.group_id in self.timed_out
         if verdicts is None:
             assert self._backend is not None, "worker not started"
             outcome = probe_group(self._backend, group)
@@ -559,11 +597,16 @@ class ManualWorker:
             if len(verdicts) != len(group.states):
                 raise ValueError(f"{len(verdicts)} verdicts for {len(group.states)} keys")
             outcome = GroupOutcome(group, tuple(verdicts))
-        return self._deliver(group, outcome)
+        outcome = self._deliver(group, outcome)
+        self._log_outcome(outcome, late)
+        return outcome
 
     def fail(self, group: ProbeGroup, failure: FailureKind = FailureKind.RAISED, detail: str = "") -> GroupOutcome:
         """FailGroup: publish a failure for the group."""
-        return self._deliver(group, GroupOutcome(group, None, failure, detail))
+        late = group.group_id in self.timed_out
+        outcome = self._deliver(group, GroupOutcome(group, None, failure, detail))
+        self._log_outcome(outcome, late)
+        return outcome
 
     def time_out(self, group: ProbeGroup) -> GroupOutcome:
         """TimeOut: publish TIMEOUT; the group stays taken so a late answer can follow."""
@@ -572,7 +615,22 @@ class ManualWorker:
         self.timed_out.add(group.group_id)
         outcome = GroupOutcome(group, None, FailureKind.TIMEOUT, "timed out (manual)")
         self._publish(outcome)
+        self._log("TimeOut", group=group.group_id)
         return outcome
+
+    def _log_outcome(self, outcome: GroupOutcome, late: bool) -> None:
+        if self._trace is not None:
+            action = "LateAnswer" if late else "CompleteGroup" if outcome.verdicts is not None else "FailGroup"
+            verdicts = None if outcome.verdicts is None else list(outcome.verdicts)
+            failure = None if outcome.failure is None else outcome.failure.value
+            self._log(action, group=outcome.group.group_id, verdicts=verdicts, failure=failure)
+
+    def _log(self, action: str, **fields: object) -> None:
+        """Log a worker action with the groups held after it (taken and not timed out)."""
+        if self._trace is not None:
+            # A dead worker holds nothing: the groups it had are lost.
+            held = sorted(set(self.taken) - self.timed_out) if self._alive else []
+            self._trace.log(action, {**fields, "held": held})
 
     def _deliver(self, group: ProbeGroup, outcome: GroupOutcome) -> GroupOutcome:
         if self.taken.pop(group.group_id, None) is None:

@@ -217,6 +217,11 @@ FlushSubmits(e) ==
 \* ABSENT if the key's state is another generation's (or none).
 ProbePhaseOf(e) == IF gen[e[1]] = e[2] THEN phase[e[1]] ELSE ABSENT
 
+\* The owner functions Flush chooses among (its guard keeps the allowed ones).
+\* An operator of its own so that trace checking (Trace.tla) can offer only
+\* the owners a recorded flush used: this set has |Reqs|^|entries| elements.
+FlushOwners(entries) == [entries -> Reqs]
+
 Flush ==
     /\ ~down
     /\ Drained
@@ -227,7 +232,7 @@ Flush ==
                       ELSE {e \in batch : FlushSubmits(e)}
            moved == {e[1] : e \in {x \in entries : FlushSubmits(x)}}
            gens == {e[2] : e \in entries}
-       IN \E owner \in [entries -> Reqs] :
+       IN \E owner \in FlushOwners(entries) :
             /\ \A e \in entries :
                  IF e[3] \in waiters[e[1]] \/ ~FlushSubmits(e)
                  THEN owner[e] = e[3]

@@ -3,22 +3,31 @@
 (* Trace validation: is a trace recorded by the implementation a          *)
 (* behaviour of KVProbe?                                                   *)
 (*                                                                         *)
-(* The implementation records its scheduler actions only (NDJSON, schema  *)
-(* in statemachine/trace.py); kvprobe.tlc.trace_to_tla writes such a trace *)
-(* as the sequence Log in a generated module that extends this one.  Each  *)
-(* recorded event must be matched by the KVProbe action of the same name,  *)
-(* with the same arguments and the same observable results (verdict and    *)
-(* phase of a lookup, the groups of a flush, the outcome a drain applies,  *)
-(* the number of states held afterwards, each touched key's state and the *)
-(* open groups afterwards).  Worker steps are not recorded:                *)
-(* any number of them may happen between two events (existentially).      *)
+(* The implementation records the scheduler's actions and the worker's    *)
+(* (NDJSON, schema in statemachine/trace.py); kvprobe.tlc.trace_to_tla     *)
+(* writes such a trace as the sequence Log in a generated module that      *)
+(* extends this one.  Each recorded event must be matched by the KVProbe   *)
+(* action of the same name, with the same arguments and the same           *)
+(* observable results:                                                     *)
+(*  - scheduler events: the verdict and phase of a lookup, the groups of a *)
+(*    flush, the outcome a drain applies, the number of states held, each  *)
+(*    touched key's state and the open groups afterwards;                  *)
+(*  - worker events: the group taken or answered and the answer per key,   *)
+(*    and, where the worker knows them, the groups it still holds and the  *)
+(*    number of its calls stuck past their timeout.                        *)
+(* The recorded order is a linearization (statemachine/trace.py says why), *)
+(* so no step happens between two events, except when the worker logs     *)
+(* nothing at all (WorkerLogged is FALSE, e.g. a third-party worker): then *)
+(* any number of worker steps may happen between two events.               *)
 (*                                                                         *)
 (* TraceUnfinished is violated exactly when some behaviour consumes the    *)
 (* whole log: a violation means the trace is ACCEPTED.                     *)
 (***************************************************************************)
 EXTENDS KVProbe, TLC
 
-CONSTANT Log
+CONSTANTS
+    Log,          \* the recorded events, as records
+    WorkerLogged  \* whether the worker's actions are in Log
 
 VARIABLE i   \* the next event of Log to match
 
@@ -31,8 +40,27 @@ Size(p) == Cardinality({k \in Keys : p[k] # ABSENT})
 \* state, a flush with an empty batch).
 Same == UNCHANGED vars
 
+\* The events the core logs; the others are the worker's (and Revive, logged by
+\* the worker the manager starts again).
+CoreEvents == {"Lookup", "Flush", "Drain", "Cleanup", "MarkMiss", "Shutdown"}
+
+\* Flush's owner functions, for the recorded flush only (the config puts this
+\* in place of KVProbe's FlushOwners): each submitted entry's owner is the
+\* request of the recorded group holding its probe, any other entry's is the
+\* request that asked (the only one Flush's guard allows).  Flush's guard
+\* still checks them; without this, TLC would enumerate |Reqs|^|entries|.
+TraceFlushOwners(entries) ==
+    LET groups == Log[i].groups
+        Holds(G, x) == <<x[1], x[2]>> \in G.probes
+        OwnerOf(x) == IF \E G \in groups : Holds(G, x)
+                      THEN (CHOOSE G \in groups : Holds(G, x)).req
+                      ELSE x[3]
+    IN {[x \in entries |-> OwnerOf(x)]}
+
 Matches(e) ==
     CASE e.action = "Lookup" ->
+            \* the code drains before every lookup, a repeated one included
+            /\ Drained
             /\ IF e.req \in waiters[e.key] THEN Same ELSE Lookup(e.key, e.req)
             /\ verdict'[e.key] = e.verdict
             /\ phase'[e.key] = e.phase
@@ -54,9 +82,7 @@ Matches(e) ==
             IN IF live = {} THEN Same ELSE MarkMiss(live)
       [] e.action = "Shutdown" -> Shutdown
 
-\* Worker steps (the worker does not die in a recorded trace: a worker
-\* death is not matched yet).
-\* The recorded state after the event: every touched key's phase,
+\* The recorded state after a scheduler event: every touched key's phase,
 \* generation, verdict and waiters, and the open groups.
 StateMatches(e) ==
     /\ \A k \in DOMAIN e.after :
@@ -65,14 +91,36 @@ StateMatches(e) ==
           /\ verdict'[k] = e.after[k].verdict
           /\ waiters'[k] = e.after[k].waiters
     /\ open' = e.open
+    /\ Size(phase') = e.size
+
+\* A worker event: the action of that name on the recorded group and answer.
+WorkerMatches(e) ==
+    CASE e.action = "TakeBatch" -> subq # <<>> /\ Head(subq) = e.groups /\ TakeBatch
+      [] e.action = "CompleteGroup" -> e.grp \in taken /\ CompleteGroupOf(e.grp, e.ans)
+      [] e.action = "FailGroup" -> e.grp \in taken /\ FailGroupOf(e.grp)
+      [] e.action = "TimeOut" -> e.grp \in taken /\ TimeOutOf(e.grp)
+      [] e.action = "Saturate" -> e.grp \in taken /\ SaturateOf(e.grp)
+      [] e.action = "LateAnswer" -> e.grp \in stuck /\ LateAnswerOf(e.grp, e.ans)
+      [] e.action = "Die" -> Die
+      [] e.action = "Revive" -> Revive
+
+\* The worker's own state after the event, where it recorded it.
+WorkerStateMatches(e) ==
+    /\ e.heldKnown => taken' = e.held
+    /\ e.stuckKnown => Cardinality(stuck') = e.stuck
 
 TraceNext ==
     \/ /\ i <= Len(Log)
+       /\ Log[i].action \in CoreEvents
        /\ Matches(Log[i])
        /\ StateMatches(Log[i])
-       /\ Size(phase') = Log[i].size
        /\ i' = i + 1
-    \/ WorkerSteps /\ UNCHANGED i
+    \/ /\ i <= Len(Log)
+       /\ Log[i].action \notin CoreEvents
+       /\ WorkerMatches(Log[i])
+       /\ WorkerStateMatches(Log[i])
+       /\ i' = i + 1
+    \/ ~WorkerLogged /\ WorkerSteps /\ UNCHANGED i
 
 TraceUnfinished == i <= Len(Log)
 

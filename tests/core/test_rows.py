@@ -247,5 +247,14 @@ def test_trace_names_actions_as_the_model_does(manual: Manual) -> None:
     m.lookup(HIT, A)
     m.mark_miss([HIT])
     m.cleanup("a")
-    assert [e["action"] for e in manual.events] == ["Lookup", "Flush", "Drain", "Lookup", "MarkMiss", "Cleanup"]
-    assert [e["seq"] for e in manual.events] == list(range(6))
+    assert [e["action"] for e in manual.events] == [
+        "Lookup",
+        "Flush",
+        "TakeBatch",  # the worker's actions are traced too
+        "CompleteGroup",
+        "Drain",
+        "Lookup",
+        "MarkMiss",
+        "Cleanup",
+    ]
+    assert [e["seq"] for e in manual.events] == list(range(8))

@@ -8,13 +8,14 @@ it (tla/Trace.tla).  A corrupted trace must be rejected.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from kvprobe.backends.memory import InMemoryBackend
-from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED, main
+from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED, EXIT_USAGE, main
 from kvprobe.statemachine import AsyncLookupManager, FailureKind, ManualWorker, ReqContext
 from kvprobe.tlc import trace_to_tla
 
@@ -113,10 +114,15 @@ def test_corrupted_trace_is_rejected(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "REJECTED" in capsys.readouterr().out
 
 
-def test_trace_with_a_dropped_event_is_rejected(tmp_path: Path) -> None:
+def test_trace_with_a_dropped_event_is_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     events = record(mark_miss_in_flight_and_orphan)
+    first_drain = next(i for i, e in enumerate(events) if e["action"] == "Drain")
+    without_drain = events[:first_drain] + events[first_drain + 1 :]
+    assert main(["--quiet", "--trace", str(write(without_drain, tmp_path / "nodrain.ndjson"))]) == EXIT_TRACE_REJECTED
+    # Without the Flush, the worker's events name groups no flush submitted: not a trace at all.
     without_flush = [e for e in events if e["action"] != "Flush"]
-    assert main(["--quiet", "--trace", str(write(without_flush, tmp_path / "noflush.ndjson"))]) == EXIT_TRACE_REJECTED
+    assert main(["--quiet", "--trace", str(write(without_flush, tmp_path / "noflush.ndjson"))]) == EXIT_USAGE
+    assert "was not submitted by an earlier Flush" in capsys.readouterr().err
 
 
 def test_trace_module_names_the_log_and_bounds() -> None:
@@ -132,3 +138,48 @@ def test_malformed_event_is_refused() -> None:
         trace_to_tla([{"seq": 0, "action": "Teleport", "size": 0}])
     with pytest.raises(ValueError, match="cannot be written"):
         trace_to_tla([{"seq": 0, "action": "Cleanup", "req": 'a"b', "size": 0}])
+
+
+def test_trace_module_sizes_its_constants_from_the_trace() -> None:
+    def dies_twice(m: AsyncLookupManager, w: ManualWorker) -> None:
+        m.lookup(K1, R1)
+        m.flush()
+        w.take_batch()
+        w.die(publish_marker=True)
+        m.lookup(K2, R1)
+        m.flush()
+        w.take_batch()
+        w.die()  # no marker: the manager logs the Die when the next flush notices
+        m.flush()
+
+    events = record(dies_twice)
+    assert [e["action"] for e in events].count("Die") == 2
+    assert [e["action"] for e in events].count("Revive") == 2
+    _, cfg = trace_to_tla(events)
+    assert "MaxDeaths = 2" in cfg
+    assert "WorkerLogged = TRUE" in cfg
+    assert "FlushOwners <- TraceFlushOwners" in cfg
+    assert "MaxStuck = " in cfg
+
+
+def test_a_sink_failing_on_a_worker_thread_is_raised_on_the_scheduler() -> None:
+    seen: Events = []
+
+    def sink(event: dict[str, object]) -> None:
+        if event["action"] == "CompleteGroup":
+            raise RuntimeError("sink full")
+        seen.append(event)
+
+    m = AsyncLookupManager(InMemoryBackend([K1]), trace=sink)
+    try:
+        m.lookup(K1, R1)
+        m.flush()
+        deadline = time.monotonic() + 10
+        while not m.core.inbox:  # the worker published although its event was lost
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        with pytest.raises(RuntimeError, match="sink full"):
+            m.lookup(K1, R1)
+        assert m.lookup(K1, R1) is True  # the outcome was applied; the worker goes on
+    finally:
+        m.shutdown()

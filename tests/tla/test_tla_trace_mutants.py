@@ -9,9 +9,10 @@ and the open groups after the action (statemachine/trace.py), which is what
 lets TLC tell, e.g., a second result applied (double-result) from one
 dropped.
 
-worker-error-drops-batch is not here: its defect is in the worker (a failed
-call publishes nothing), and worker actions are not recorded, so its trace
-is a prefix of a correct run ("the worker has not answered yet").
+worker-error-drops-batch is a worker defect (a failed call publishes
+nothing): the worker logs its FailGroup, so the trace spec expects the
+outcome in the result queue, and the next lookup, which drains first in the
+model, finds no Drain to match.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 
 from kvprobe.backends.memory import InMemoryBackend
 from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED, main
-from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext
+from kvprobe.statemachine import AsyncLookupManager, FailureKind, ManualWorker, ReqContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mutants"))
 from mutant_cores import MUTANTS
@@ -89,6 +90,14 @@ def orphan_kept(m: AsyncLookupManager, w: ManualWorker) -> None:
     m.drain_results()
 
 
+def error_drops_batch(m: AsyncLookupManager, w: ManualWorker) -> None:
+    m.lookup(K1, R1)
+    m.flush()
+    (group,) = _take(w)
+    w.fail(group, FailureKind.RAISED, "backend down")  # the mutant publishes nothing
+    m.lookup(K1, R1)  # the correct worker's failure is drained first: MISS
+
+
 def mark_miss_unguarded(m: AsyncLookupManager, w: ManualWorker) -> None:
     m.lookup(K1, R1)
     m.flush()
@@ -101,14 +110,17 @@ SCENARIOS: dict[str, Scenario] = {
     "cleanup-drops-in-flight": drops_in_flight,
     "stale-result-applied": stale_result,
     "double-result": double_result,
+    "worker-error-drops-batch": error_drops_batch,
     "orphan-never-reclaimed": orphan_kept,
     "mark-miss-in-flight-unguarded": mark_miss_unguarded,
 }
 
 
-def _record(manager_class: type[AsyncLookupManager], scenario: Scenario, path: Path) -> Path:
+def _record(
+    manager_class: type[AsyncLookupManager], worker_class: type[ManualWorker], scenario: Scenario, path: Path
+) -> Path:
     events: list[dict[str, object]] = []
-    m = manager_class(InMemoryBackend([K1]), worker="manual", trace=events.append)
+    m = manager_class(InMemoryBackend([K1]), worker=worker_class(), trace=events.append)
     assert isinstance(m.worker, ManualWorker)
     scenario(m, m.worker)
     m.shutdown()
@@ -116,15 +128,15 @@ def _record(manager_class: type[AsyncLookupManager], scenario: Scenario, path: P
     return path
 
 
-def test_every_core_mutant_but_the_worker_one_has_a_scenario() -> None:
-    assert set(SCENARIOS) == set(MUTANTS) - {"worker-error-drops-batch"}
+def test_every_named_mutant_has_a_scenario() -> None:
+    assert set(SCENARIOS) == set(MUTANTS)
 
 
 @pytest.mark.parametrize("mutant", sorted(SCENARIOS))
 def test_mutant_core_trace_is_rejected(mutant: str, tmp_path: Path) -> None:
     scenario = SCENARIOS[mutant]
-    correct = _record(AsyncLookupManager, scenario, tmp_path / "correct.ndjson")
+    correct = _record(AsyncLookupManager, ManualWorker, scenario, tmp_path / "correct.ndjson")
     assert main(["--quiet", "--trace", str(correct)]) == EXIT_OK
-    manager_class, _ = MUTANTS[mutant]
-    broken = _record(manager_class, scenario, tmp_path / f"{mutant}.ndjson")
+    manager_class, worker_class = MUTANTS[mutant]
+    broken = _record(manager_class, worker_class, scenario, tmp_path / f"{mutant}.ndjson")
     assert main(["--quiet", "--trace", str(broken)]) == EXIT_TRACE_REJECTED
