@@ -263,6 +263,44 @@ class ProcessBackend:
         if self._follows_manager and isinstance(calls, int) and calls >= 1:
             self.max_procs = calls
 
+    def start_helpers(self, count: int | None = None) -> int:
+        """Start idle helpers now until ``count`` are alive (capped at ``max_procs``); how many are.
+
+        A warm-up: helpers otherwise start on demand, so the first calls
+        that run at once each pay a process start (an interpreter, imports,
+        ``factory()``: about a second here).  Call it after the manager has
+        started its worker (which sets ``max_procs``), before measuring or
+        serving.  None: ``max_procs``.
+
+        Raises:
+            ValueError: ``count`` is not a positive int (nothing started).
+            RuntimeError: the backend is closed.
+            HelperProcessError / Exception: a helper failed to start, as in
+                the constructor; the helpers started before it stay.
+        """
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ValueError(f"count must be a positive int or None, got {count!r}")
+        self._forget_if_forked()
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("ProcessBackend is closed")
+                alive = len(self._idle) + len(self._busy) + self._starting
+                if alive >= min(self.max_procs if count is None else count, self.max_procs):
+                    return alive
+                self._starting += 1
+            try:
+                helper, _ = self._start()
+            finally:
+                with self._lock:
+                    self._starting -= 1
+            with self._lock:
+                if not self._closed:
+                    self._idle.append(helper)
+                    continue
+            helper.stop(5.0)
+            raise RuntimeError("ProcessBackend is closed")
+
     @property
     def pids(self) -> list[int]:
         """Process ids of the idle helpers (busy ones are in a call)."""
