@@ -507,9 +507,9 @@ def main(argv: Sequence[str] | None = None, obj_tier: ObjTier | None = None) -> 
         ("managers dropped without shutdown", tally.dropped_managers),
         ("helper processes frozen / killed", f"{tally.helpers_frozen} / {tally.helpers_killed}"),
         ("forced misses", tally.mark_misses),
-        ("threads: max first quarter / max after", "{:.0f} / {:.0f}".format(*fig["threads"][:2])),
-        ("fds: max first quarter / max after", "{:.0f} / {:.0f}".format(*fig["fds"][:2])),
-        ("RSS MiB: max first quarter / max after", "{:.1f} / {:.1f}".format(*fig["rss_mib"][:2])),
+        ("threads: max during warm-up / max after", "{:.0f} / {:.0f}".format(*fig["threads"][:2])),
+        ("fds: max during warm-up / max after", "{:.0f} / {:.0f}".format(*fig["fds"][:2])),
+        ("RSS MiB: max during warm-up / max after", "{:.1f} / {:.1f}".format(*fig["rss_mib"][:2])),
         ("resource samples", fig["samples"]),
     ]
     if s3 is not None:
