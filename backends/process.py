@@ -289,17 +289,7 @@ class ProcessBackend:
                 if alive >= min(self.max_procs if count is None else count, self.max_procs):
                     return alive
                 self._starting += 1
-            try:
-                helper, _ = self._start()
-            finally:
-                with self._lock:
-                    self._starting -= 1
-            with self._lock:
-                if not self._closed:
-                    self._idle.append(helper)
-                    continue
-            helper.stop(5.0)
-            raise RuntimeError("ProcessBackend is closed")
+            self._start_reserved(self._idle.append)
 
     @property
     def pids(self) -> list[int]:
@@ -445,6 +435,15 @@ class ProcessBackend:
             if len(self._busy) + self._starting >= self.max_procs:
                 raise RuntimeError(f"all {self.max_procs} helper processes are busy (raise max_procs?)")
             self._starting += 1
+        return self._start_reserved(self._busy.add)
+
+    def _start_reserved(self, keep: Callable[[_Helper], None]) -> _Helper:
+        """Start the helper whose slot the caller reserved (``_starting``); ``keep`` it unless closed meanwhile.
+
+        Raises:
+            RuntimeError: the backend was closed while the helper started (it is stopped).
+            HelperProcessError / Exception: as :meth:`_start`.
+        """
         try:
             helper, _ = self._start()
         finally:
@@ -452,7 +451,7 @@ class ProcessBackend:
                 self._starting -= 1
         with self._lock:
             if not self._closed:
-                self._busy.add(helper)
+                keep(helper)
                 return helper
         helper.stop(5.0)
         raise RuntimeError("ProcessBackend is closed")

@@ -14,8 +14,9 @@ Run from the repository::
 
     python -m bench.hotpath_commits 810d55c^ 810d55c HEAD --bench-rev 810d55c^ --rounds 5
 
-(``810d55c`` added the closed-manager guard.)  Prints a table; asserts
-nothing.
+(``810d55c`` added the closed-manager guard.)  ``dir:PATH`` instead of a
+commit runs a source tree prepared by hand (a variant: a commit with one
+change undone).  Prints a table; asserts nothing.
 
 Raises (exits non-zero): a revision git cannot archive, or a benchmark run
 that fails or prints no ratio.
@@ -72,8 +73,11 @@ def _archive(rev: str, into: str, paths: Sequence[str] = ()) -> None:
 
 def _checkout(rev: str, bench_rev: str, root: str) -> str:
     tree = os.path.join(root, re.sub(r"[^A-Za-z0-9]", "_", rev))
-    os.makedirs(tree)
-    _archive(rev, tree)
+    if rev.startswith("dir:"):  # a tree prepared by hand (a variant no commit holds)
+        shutil.copytree(rev[4:], tree, symlinks=True)
+    else:
+        os.makedirs(tree)
+        _archive(rev, tree)
     shutil.rmtree(os.path.join(tree, "bench"), ignore_errors=True)
     _archive(bench_rev, tree, ["bench"])
     return tree
@@ -91,7 +95,9 @@ def _run(tree: str, steps: int, repeats: int) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("revs", nargs="+", help="commits to compare; the first is the reference")
+    parser.add_argument(
+        "revs", nargs="+", help="commits to compare (or dir:PATH, a source tree); the first is the reference"
+    )
     parser.add_argument("--bench-rev", default=None, help="the commit whose bench/ every checkout runs (the first)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)

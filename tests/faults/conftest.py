@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fault_harness import Reliability, Row, merged_rows
@@ -28,6 +29,28 @@ def reliability(request: pytest.FixtureRequest) -> Iterator[Reliability]:
     yield sink
     with _ROWS_LOCK:
         _ROWS.extend(sink.rows)
+
+
+@pytest.fixture(scope="module")
+def rgw() -> Iterator[Any]:
+    """A Ceph RGW cluster on loopback for one test module (stopped by its pids after it).
+
+    Skips with one line naming the install command when Ceph is missing, or
+    fails instead under ``KVPROBE_REQUIRE_RGW=1``.
+    """
+    from kvprobe.testing.rgw import RgwServer, rgw_missing, rgw_required
+
+    why = rgw_missing()
+    if why is not None:
+        if rgw_required():
+            pytest.fail(f"KVPROBE_REQUIRE_RGW=1 but {why}", pytrace=False)
+        pytest.skip(why)
+    server = RgwServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 BEGIN, END = "<!-- faults:begin -->", "<!-- faults:end -->"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,23 +29,6 @@ pytestmark = pytest.mark.skipif(nixl_missing() is not None, reason=str(nixl_miss
 LOOKUP_TIMEOUT_S = 1.0
 DEADLINE_S = 0.8  # the backend's own deadline, below the manager's timeout (docs/backends.md)
 GROUP_KEYS = 2000
-
-
-@pytest.fixture(scope="module")
-def rgw() -> Iterator[Any]:
-    from kvprobe.testing.rgw import RgwServer, rgw_missing, rgw_required
-
-    why = rgw_missing()
-    if why is not None:
-        if rgw_required():
-            pytest.fail(f"KVPROBE_REQUIRE_RGW=1 but {why}", pytrace=False)
-        pytest.skip(why)
-    server = RgwServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _fds() -> int:
