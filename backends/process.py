@@ -23,7 +23,9 @@ Concurrency: a helper serves one call at a time.  A call takes an idle
 helper or starts one, up to ``max_procs`` (by default as many as the
 manager's worker runs at once: its concurrent groups plus its stuck calls);
 beyond that it fails at once, so the manager answers MISS instead of
-queueing behind a stuck call.
+queueing behind a stuck call.  Starting a helper costs about a second
+(an interpreter, imports, ``factory()``); :meth:`ProcessBackend.start_helpers`
+starts them ahead, so the first concurrent calls do not wait for that.
 
 Faults.  Whatever the backend raises in the helper is raised again in the
 caller (the same exception type when it can be pickled, with a note naming
