@@ -70,12 +70,13 @@ from functools import partial
 from typing import Any
 
 from bench.chaos_s3 import LOOKUP_TIMEOUT_S, ObjOutage, ObjTier, objstore_unavailable, recovery_keys
+from bench.common import Row
 from kvprobe.backends import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext, ThreadedWorker
 from kvprobe.testing.rgw import REQUIRE_ENV, rgw_required
 
-__all__ = ["Faulty", "flat", "main", "run"]
+__all__ = ["Faulty", "evaluate", "flat", "main", "rows", "run"]
 
 MIB = 1024 * 1024
 SLACK_THREADS = 8
@@ -436,6 +437,65 @@ def flat(series: array[float], n_samples: int, slack: float, warm_samples: int =
     return warm, after, after <= warm + slack
 
 
+def evaluate(tally: Tally, fig: dict[str, Any]) -> dict[str, bool]:
+    """The campaign's checks by name: True where it passed."""
+    checks = {
+        "wrong verdicts 0": tally.wrong_verdicts == 0,
+        "waiting requests without a verdict 0": tally.late_requests == 0,
+        "len(m) 0 at the end": all(v == 0 for v in fig["leftovers"].values()),
+        "fork children all exited 0": tally.fork_failures == 0,
+        "threads flat after warm-up": fig["threads"][2],
+        "fds flat after warm-up": fig["fds"][2],
+        "RSS flat after warm-up": fig["rss_mib"][2],
+        "no other problem": not tally.problems,
+    }
+    s3 = fig["s3"]
+    if s3 is not None:
+        checks["S3 frozen at least once, every thaw recovered"] = s3.freezes >= 1 and s3.recoveries == s3.freezes
+        checks["S3: a stored key True within 2 x lookup_timeout_s + 2 s of every thaw"] = s3.late_recoveries == 0
+    return checks
+
+
+def rows(quick: bool) -> list[Row]:
+    """The suite's rows (``bench.run_all``): a 20 s campaign when quick, else 300 s; S3 part when RGW is here.
+
+    Raises:
+        RuntimeError: ``KVPROBE_REQUIRE_RGW=1`` and the S3 part cannot run.
+    """
+    seconds = 20.0 if quick else 300.0
+    why = objstore_unavailable()
+    if why is not None and rgw_required():
+        raise RuntimeError(f"{REQUIRE_ENV}=1 but the S3 freeze/thaw fault cannot run: {why}")
+    obj = ObjTier(stored_keys() + recovery_keys(8)) if why is None else None
+    try:
+        tally, fig = run(seconds, 1, 30.0, 24, 30.0, obj)
+    finally:
+        if obj is not None:
+            obj.close()
+    checks = evaluate(tally, fig)
+    failed = [name for name, ok in checks.items() if not ok]
+    s3 = fig["s3"]
+    detail = f"{seconds:.0f} s, seed 1"
+    out = [
+        Row("chaos", "checks", "PASS" if not failed else "FAIL: " + "; ".join(failed), detail),
+        Row("chaos", "wrong verdicts / requests over the bound", f"{tally.wrong_verdicts} / {tally.late_requests}"),
+        Row("chaos", "len(m) at the end", str(fig["leftovers"])),
+        Row("chaos", "longest wait for a request's verdicts", f"{tally.longest_wait_s:.2f} s"),
+    ]
+    if s3 is not None:
+        out.append(
+            Row(
+                "chaos",
+                "S3 freezes / longest recovery after a thaw",
+                f"{s3.freezes} / {s3.longest_recovery_s:.2f} s",
+                f"bound {2 * LOOKUP_TIMEOUT_S + 2:.0f} s, Ceph RGW",
+            )
+        )
+    else:
+        out.append(Row("chaos", "S3 freeze/thaw", "not run", str(why)))
+    return out
+
+
 def main(argv: Sequence[str] | None = None, obj_tier: ObjTier | None = None) -> int:
     """Run the campaign with the command line ``argv``; 0 if every check passed, else 1.
 
@@ -478,20 +538,8 @@ def main(argv: Sequence[str] | None = None, obj_tier: ObjTier | None = None) -> 
         if obj is not None and obj is not obj_tier:
             obj.close()
     wall = time.monotonic() - started
-    checks = {
-        "wrong verdicts 0": tally.wrong_verdicts == 0,
-        "waiting requests without a verdict 0": tally.late_requests == 0,
-        "len(m) 0 at the end": all(v == 0 for v in fig["leftovers"].values()),
-        "fork children all exited 0": tally.fork_failures == 0,
-        "threads flat after warm-up": fig["threads"][2],
-        "fds flat after warm-up": fig["fds"][2],
-        "RSS flat after warm-up": fig["rss_mib"][2],
-        "no other problem": not tally.problems,
-    }
+    checks = evaluate(tally, fig)
     s3 = fig["s3"]
-    if s3 is not None:
-        checks["S3 frozen at least once, every thaw recovered"] = s3.freezes >= 1 and s3.recoveries == s3.freezes
-        checks["S3: a stored key True within 2 x lookup_timeout_s + 2 s of every thaw"] = s3.late_recoveries == 0
     print(f"chaos campaign: {args.seconds:.0f} s requested, {wall:.0f} s wall, seed {args.seed}")
     print("| | |")
     print("|---|---|")
