@@ -11,8 +11,8 @@ serves the campaign's requests:
 * at the thaw it starts a *recovery probe*: a fresh request for a stored key
   no other request holds, asked every step, re-asked under a new request id
   after each MISS (the MISS of a call that met the outage); the time from
-  the thaw (SIGCONT) to its first True is the recovery time, which must not
-  exceed ``2 * lookup_timeout_s + 2 s``.
+  the thaw (the start of the step that sends SIGCONT) to its first True is
+  the recovery time, which must not exceed ``2 * lookup_timeout_s + 2 s``.
 
 Everything it keeps is a few ints and floats: it cannot grow with the run.
 """
@@ -101,7 +101,6 @@ def big_group_keys(outage: int) -> list[bytes]:
 @dataclass
 class OutageTally:
     freezes: int = 0
-    big_groups: int = 0
     recoveries: int = 0
     late_recoveries: int = 0  # no True within the bound after a thaw
     longest_recovery_s: float = 0.0
@@ -152,10 +151,6 @@ class ObjOutage:
         self._next_freeze = now + self._first_freeze_s
 
     @property
-    def frozen(self) -> bool:
-        return self._frozen_at is not None
-
-    @property
     def busy(self) -> bool:
         """Frozen, or a recovery still being measured."""
         return self._frozen_at is not None or self._thawed_at is not None
@@ -175,7 +170,6 @@ class ObjOutage:
             self._frozen_at = now
             self._thaw_at = now + rng.uniform(0.5, 3.0)
             self.admit_big(f"s3-big-{self.tally.freezes}", big_group_keys(self.tally.freezes))
-            self.tally.big_groups += 1
 
     def thaw(self, now: float) -> None:
         """Thaw now (also at the end of the run: the server must be left answering)."""
@@ -183,13 +177,11 @@ class ObjOutage:
             return
         self.tally.longest_freeze_s = max(self.tally.longest_freeze_s, now - self._frozen_at)
         self._frozen_at = None
-        self._thawed_at = now  # measured from SIGCONT, before thaw() waits for the gateway
+        # Timed from this step's start, at or before SIGCONT (never after it),
+        # and before thaw() waits for the gateway to answer.
+        self._thawed_at = now
         self.server.thaw()
         self._new_probe()
-
-    def finish(self, now: float) -> None:
-        """At the end: thaw if frozen, and let the recovery probe run to its verdict or its bound."""
-        self.thaw(now)
 
     def _new_probe(self) -> None:
         self._probe_n += 1
