@@ -23,7 +23,9 @@ Concurrency: a helper serves one call at a time.  A call takes an idle
 helper or starts one, up to ``max_procs`` (by default as many as the
 manager's worker runs at once: its concurrent groups plus its stuck calls);
 beyond that it fails at once, so the manager answers MISS instead of
-queueing behind a stuck call.
+queueing behind a stuck call.  Starting a helper costs about a second
+(an interpreter, imports, ``factory()``); :meth:`ProcessBackend.start_helpers`
+starts them ahead, so the first concurrent calls do not wait for that.
 
 Faults.  Whatever the backend raises in the helper is raised again in the
 caller (the same exception type when it can be pickled, with a note naming
@@ -263,6 +265,34 @@ class ProcessBackend:
         if self._follows_manager and isinstance(calls, int) and calls >= 1:
             self.max_procs = calls
 
+    def start_helpers(self, count: int | None = None) -> int:
+        """Start idle helpers now until ``count`` are alive (capped at ``max_procs``); how many are.
+
+        A warm-up: helpers otherwise start on demand, so the first calls
+        that run at once each pay a process start (an interpreter, imports,
+        ``factory()``: about a second here).  Call it after the manager has
+        started its worker (which sets ``max_procs``), before measuring or
+        serving.  None: ``max_procs``.
+
+        Raises:
+            ValueError: ``count`` is not a positive int (nothing started).
+            RuntimeError: the backend is closed.
+            HelperProcessError / Exception: a helper failed to start, as in
+                the constructor; the helpers started before it stay.
+        """
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ValueError(f"count must be a positive int or None, got {count!r}")
+        self._forget_if_forked()
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("ProcessBackend is closed")
+                alive = len(self._idle) + len(self._busy) + self._starting
+                if alive >= min(self.max_procs if count is None else count, self.max_procs):
+                    return alive
+                self._starting += 1
+            self._start_reserved(self._idle.append)
+
     @property
     def pids(self) -> list[int]:
         """Process ids of the idle helpers (busy ones are in a call)."""
@@ -407,6 +437,15 @@ class ProcessBackend:
             if len(self._busy) + self._starting >= self.max_procs:
                 raise RuntimeError(f"all {self.max_procs} helper processes are busy (raise max_procs?)")
             self._starting += 1
+        return self._start_reserved(self._busy.add)
+
+    def _start_reserved(self, keep: Callable[[_Helper], None]) -> _Helper:
+        """Start the helper whose slot the caller reserved (``_starting``); ``keep`` it unless closed meanwhile.
+
+        Raises:
+            RuntimeError: the backend was closed while the helper started (it is stopped).
+            HelperProcessError / Exception: as :meth:`_start`.
+        """
         try:
             helper, _ = self._start()
         finally:
@@ -414,7 +453,7 @@ class ProcessBackend:
                 self._starting -= 1
         with self._lock:
             if not self._closed:
-                self._busy.add(helper)
+                keep(helper)
                 return helper
         helper.stop(5.0)
         raise RuntimeError("ProcessBackend is closed")

@@ -21,8 +21,17 @@ thread (a ``SystemExit`` in its machinery: the death marker path); forks a
 child that must get right verdicts from both managers and exit cleanly
 (the child's worker and ProcessBackend must start afresh); builds a
 throw-away manager, uses it, and drops it without ``shutdown`` (the
-finalizer must end its threads); and forces misses (``mark_miss``).  Not
-covered here: S3 freeze/thaw (the object-store backend's own fault tests).
+finalizer must end its threads); and forces misses (``mark_miss``).
+
+With Ceph RGW and NIXL on the machine (``--s3 auto``, the default) a third
+manager, ``objstore``, serves the same requests from a
+:class:`NixlObjBackend` on a single-node RGW cluster on loopback
+(``lookup_timeout_s=1``, the backend's ``deadline_s=0.8`` below it); the
+campaign freezes the gateway (SIGSTOP) at random for 0.5-3 s with a
+2,000-key request in flight, thaws it, and times how long until a stored
+key answers True again (:mod:`bench.chaos_s3`).  Without them the S3 part
+is skipped with a one-line reason; ``--s3 on`` or ``KVPROBE_REQUIRE_RGW=1``
+makes that a failure.
 
 Checked and reported; the run exits non-zero unless all hold:
 
@@ -33,6 +42,8 @@ Checked and reported; the run exits non-zero unless all hold:
 * ``len(m) == 0`` for both managers at the end (after every request was
   cleaned up and outstanding calls answered);
 * fork children: every one exited 0;
+* S3 (when run): at least one freeze, and after every thaw a stored key
+  answered True within ``2 * lookup_timeout_s + 2 s``;
 * threads, fds and RSS flat after warm-up: the highest value sampled after
   the first quarter (at least 5 s) exceeds the highest value of that
   warm-up by at most a slack (threads 8, fds 16, RSS 8 MiB).  Samples go into arrays
@@ -58,11 +69,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from bench.chaos_s3 import LOOKUP_TIMEOUT_S, ObjOutage, ObjTier, objstore_unavailable, recovery_keys
+from bench.common import Row
 from kvprobe.backends import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext, ThreadedWorker
+from kvprobe.testing.rgw import REQUIRE_ENV, rgw_required
 
-__all__ = ["Faulty", "flat", "main", "run"]
+__all__ = ["Faulty", "evaluate", "flat", "main", "rows", "run"]
 
 MIB = 1024 * 1024
 SLACK_THREADS = 8
@@ -72,6 +86,15 @@ SLACK_RSS_MIB = 8.0
 
 def _key(n: int) -> bytes:
     return hashlib.sha256(b"chaos-%d" % n).digest()[:16]
+
+
+#: The keys requests ask for; every other one is stored (on every tier).
+POOL = [_key(n) for n in range(400)]
+
+
+def stored_keys() -> list[bytes]:
+    """The pool's stored half (what an object tier for :func:`run` must hold)."""
+    return POOL[::2]
 
 
 def rss_bytes() -> int:
@@ -157,6 +180,10 @@ class Driven:
             start = rng.randrange(len(self.pool) - 16)
             keys = list(self.pool[start : start + rng.randint(2, 12)])
             self.active[req_id] = Request(ReqContext(req_id), keys, now)
+
+    def admit_keys(self, req_id: str, keys: list[bytes]) -> None:
+        """Admit one request for ``keys`` now (the S3 outage's 2,000-key group)."""
+        self.active[req_id] = Request(ReqContext(req_id), keys, time.monotonic())
 
     def step(self, rng: random.Random, tally: Tally, bound_s: float, now: float) -> None:
         finished = []
@@ -245,17 +272,24 @@ def _fork_child(drivens: Sequence[Driven], stored: frozenset[bytes], pool: Seque
 
 
 def run(
-    seconds: float, seed: int, bound_s: float, concurrency: int, drain_bound_s: float = 30.0
+    seconds: float,
+    seed: int,
+    bound_s: float,
+    concurrency: int,
+    drain_bound_s: float = 30.0,
+    obj: ObjTier | None = None,
 ) -> tuple[Tally, dict[str, Any]]:
+    """The campaign; ``obj`` (a started RGW tier holding :func:`stored_keys`) adds the S3 fault."""
     rng = random.Random(seed)
     tally = Tally()
     samples = max(16, int(seconds * 2) + 64)
     threads_s, fds_s, rss_s = array("d", [0.0] * samples), array("d", [0.0] * samples), array("d", [0.0] * samples)
     n_samples = 0
+    warm_samples = 0  # samples taken until the first S3 recovery (if any) ended
     with tempfile.TemporaryDirectory(prefix="kvprobe-chaos-") as root:
         tier = FsBackend(root)
-        pool = [_key(n) for n in range(400)]
-        stored = frozenset(k for i, k in enumerate(pool) if i % 2 == 0)
+        pool = POOL
+        stored = frozenset(stored_keys())
         for key in stored:
             tier.store(key, b"block")
         faulty = Faulty(FsBackend(root), seed, hang_s=0.6)
@@ -266,8 +300,27 @@ def run(
         process = Driven(
             "process", AsyncLookupManager(process_backend, name="chaos-proc", lookup_timeout_s=0.5), stored, pool
         )
-        drivens = (threaded, process)
+        drivens: tuple[Driven, ...] = (threaded, process)
+        outage: ObjOutage | None = None
+        if obj is not None:
+            objstore = Driven(
+                "objstore",
+                AsyncLookupManager(obj.backend, name="chaos-s3", lookup_timeout_s=LOOKUP_TIMEOUT_S),
+                stored,
+                pool,
+            )
+            drivens += (objstore,)
+            outage = ObjOutage(
+                obj.server,
+                objstore.m,
+                recovery_keys(8),
+                bound_s=2 * LOOKUP_TIMEOUT_S + 2,
+                first_freeze_s=min(3.0, seconds / 4),
+                admit_big=objstore.admit_keys,
+            )
         start = time.monotonic()
+        if outage is not None:
+            outage.start(start)
         next_sample = start
         end = start + seconds
         while True:
@@ -278,6 +331,8 @@ def run(
                     d.admit(rng, concurrency, now)
                 d.step(rng, tally, bound_s, now)
             tally.steps += 1
+            if outage is not None:
+                outage.tick(rng, now, ending)
             if not ending:
                 draw = rng.random()
                 if draw < 0.002:
@@ -333,8 +388,10 @@ def run(
                 fds_s[n_samples] = open_fds()
                 rss_s[n_samples] = rss_bytes() / MIB
                 n_samples += 1
+                if warm_samples == 0 and (outage is None or outage.tally.recoveries):
+                    warm_samples = n_samples
                 next_sample = now + 1.0
-            if ending and not any(d.active for d in drivens):
+            if ending and not any(d.active for d in drivens) and not (outage is not None and outage.busy):
                 break
             if ending and now > end + bound_s * 2:
                 tally.problems.append("requests still active long after the end")
@@ -350,40 +407,38 @@ def run(
             leftovers[d.name] = len(d.m)
             d.m.shutdown()
         process_backend.close()
+    if outage is not None:
+        tally.problems.extend(outage.problems)
     figures = {
         "leftovers": leftovers,
-        "threads": flat(threads_s, n_samples, SLACK_THREADS),
-        "fds": flat(fds_s, n_samples, SLACK_FDS),
-        "rss_mib": flat(rss_s, n_samples, SLACK_RSS_MIB),
+        "threads": flat(threads_s, n_samples, SLACK_THREADS, warm_samples),
+        "fds": flat(fds_s, n_samples, SLACK_FDS, warm_samples),
+        "rss_mib": flat(rss_s, n_samples, SLACK_RSS_MIB, warm_samples),
         "samples": n_samples,
         "injected": {"raised": faulty.raised, "short": faulty.short, "hung": faulty.hung},
+        "s3": None if outage is None else outage.tally,
     }
     return tally, figures
 
 
-def flat(series: array[float], n_samples: int, slack: float) -> tuple[float, float, bool]:
-    """(max of the first quarter, max after it, whether the latter exceeds the former by at most ``slack``)."""
-    # Warm-up: the first quarter, and at least the first 5 samples (one a
-    # second): pools of threads and helpers fill up during the first seconds.
-    quarter = max(1, n_samples // 4, min(5, n_samples - 1))
+def flat(series: array[float], n_samples: int, slack: float, warm_samples: int = 0) -> tuple[float, float, bool]:
+    """(max of the warm-up, max after it, whether the latter exceeds the former by at most ``slack``).
+
+    The warm-up is the first quarter of the samples, at least the first 5
+    and at least ``warm_samples`` (always leaving one sample after it).
+    """
+    # Pools of threads and helpers fill up during the first seconds; the
+    # object store's connection pools fill up during its first outage and
+    # recovery (the SDK reconnects), so the S3 campaign's warm-up lasts until
+    # its first recovery.
+    quarter = max(1, n_samples // 4, min(max(5, warm_samples), n_samples - 1))
     warm = max(series[:quarter])
     after = max(series[quarter:n_samples]) if n_samples > quarter else warm
     return warm, after, after <= warm + slack
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=300.0, help="campaign length (default 300)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--verdict-bound-s", type=float, default=30.0)
-    parser.add_argument("--concurrency", type=int, default=24, help="active requests per manager")
-    parser.add_argument(
-        "--drain-bound-s", type=float, default=30.0, help="how long the end waits for in-flight calls to come back"
-    )
-    args = parser.parse_args(argv)
-    started = time.monotonic()
-    tally, fig = run(args.seconds, args.seed, args.verdict_bound_s, args.concurrency, args.drain_bound_s)
-    wall = time.monotonic() - started
+def evaluate(tally: Tally, fig: dict[str, Any]) -> dict[str, bool]:
+    """The campaign's checks by name: True where it passed."""
     checks = {
         "wrong verdicts 0": tally.wrong_verdicts == 0,
         "waiting requests without a verdict 0": tally.late_requests == 0,
@@ -394,6 +449,97 @@ def main(argv: Sequence[str] | None = None) -> int:
         "RSS flat after warm-up": fig["rss_mib"][2],
         "no other problem": not tally.problems,
     }
+    s3 = fig["s3"]
+    if s3 is not None:
+        checks["S3 frozen at least once, every thaw recovered"] = s3.freezes >= 1 and s3.recoveries == s3.freezes
+        checks["S3: a stored key True within 2 x lookup_timeout_s + 2 s of every thaw"] = s3.late_recoveries == 0
+    return checks
+
+
+def rows(quick: bool) -> list[Row]:
+    """The suite's rows (``bench.run_all``): a 20 s campaign when quick, else 300 s; S3 part when RGW is here.
+
+    Raises:
+        RuntimeError: ``KVPROBE_REQUIRE_RGW=1`` and the S3 part cannot run.
+    """
+    seconds = 20.0 if quick else 300.0
+    why = objstore_unavailable()
+    if why is not None and rgw_required():
+        raise RuntimeError(f"{REQUIRE_ENV}=1 but the S3 freeze/thaw fault cannot run: {why}")
+    obj = ObjTier(stored_keys() + recovery_keys(8)) if why is None else None
+    try:
+        tally, fig = run(seconds, 1, 30.0, 24, 30.0, obj)
+    finally:
+        if obj is not None:
+            obj.close()
+    checks = evaluate(tally, fig)
+    failed = [name for name, ok in checks.items() if not ok]
+    s3 = fig["s3"]
+    detail = f"{seconds:.0f} s, seed 1"
+    out = [
+        Row("chaos", "checks", "PASS" if not failed else "FAIL: " + "; ".join(failed), detail),
+        Row("chaos", "wrong verdicts / requests over the bound", f"{tally.wrong_verdicts} / {tally.late_requests}"),
+        Row("chaos", "len(m) at the end", str(fig["leftovers"])),
+        Row("chaos", "longest wait for a request's verdicts", f"{tally.longest_wait_s:.2f} s"),
+    ]
+    if s3 is not None:
+        out.append(
+            Row(
+                "chaos",
+                "S3 freezes / longest recovery after a thaw",
+                f"{s3.freezes} / {s3.longest_recovery_s:.2f} s",
+                f"bound {2 * LOOKUP_TIMEOUT_S + 2:.0f} s, Ceph RGW",
+            )
+        )
+    else:
+        out.append(Row("chaos", "S3 freeze/thaw", "not run", str(why)))
+    return out
+
+
+def main(argv: Sequence[str] | None = None, obj_tier: ObjTier | None = None) -> int:
+    """Run the campaign with the command line ``argv``; 0 if every check passed, else 1.
+
+    ``obj_tier``: an object tier to use (and leave open) for the S3 fault
+    instead of starting one (tests share one RGW cluster between runs).
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=300.0, help="campaign length (default 300)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--verdict-bound-s", type=float, default=30.0)
+    parser.add_argument("--concurrency", type=int, default=24, help="active requests per manager")
+    parser.add_argument(
+        "--drain-bound-s", type=float, default=30.0, help="how long the end waits for in-flight calls to come back"
+    )
+    parser.add_argument(
+        "--s3",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the RGW freeze/thaw fault: auto runs it when Ceph RGW and NIXL are here (on: or fail; "
+        f"{REQUIRE_ENV}=1 turns auto into on)",
+    )
+    args = parser.parse_args(argv)
+    s3_skipped = None
+    obj: ObjTier | None = None
+    if args.s3 != "off" and obj_tier is not None:
+        obj = obj_tier
+    elif args.s3 != "off":
+        why = objstore_unavailable()
+        if why is None:
+            obj = ObjTier(stored_keys() + recovery_keys(8))
+        elif args.s3 == "on" or rgw_required():
+            print(f"FAIL: the S3 freeze/thaw fault cannot run: {why}")
+            return 1
+        else:
+            s3_skipped = why
+    started = time.monotonic()
+    try:
+        tally, fig = run(args.seconds, args.seed, args.verdict_bound_s, args.concurrency, args.drain_bound_s, obj)
+    finally:
+        if obj is not None and obj is not obj_tier:
+            obj.close()
+    wall = time.monotonic() - started
+    checks = evaluate(tally, fig)
+    s3 = fig["s3"]
     print(f"chaos campaign: {args.seconds:.0f} s requested, {wall:.0f} s wall, seed {args.seed}")
     print("| | |")
     print("|---|---|")
@@ -409,11 +555,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("managers dropped without shutdown", tally.dropped_managers),
         ("helper processes frozen / killed", f"{tally.helpers_frozen} / {tally.helpers_killed}"),
         ("forced misses", tally.mark_misses),
-        ("threads: max first quarter / max after", "{:.0f} / {:.0f}".format(*fig["threads"][:2])),
-        ("fds: max first quarter / max after", "{:.0f} / {:.0f}".format(*fig["fds"][:2])),
-        ("RSS MiB: max first quarter / max after", "{:.1f} / {:.1f}".format(*fig["rss_mib"][:2])),
+        ("threads: max during warm-up / max after", "{:.0f} / {:.0f}".format(*fig["threads"][:2])),
+        ("fds: max during warm-up / max after", "{:.0f} / {:.0f}".format(*fig["fds"][:2])),
+        ("RSS MiB: max during warm-up / max after", "{:.1f} / {:.1f}".format(*fig["rss_mib"][:2])),
         ("resource samples", fig["samples"]),
     ]
+    if s3 is not None:
+        rows[-1:-1] = [
+            (
+                "S3 gateway frozen (2,000-key request in flight each time) / recovered",
+                f"{s3.freezes} / {s3.recoveries}",
+            ),
+            (
+                "S3 longest freeze / longest recovery after a thaw (bound)",
+                (f"{s3.longest_freeze_s:.1f} s / {s3.longest_recovery_s:.2f} s ({2 * LOOKUP_TIMEOUT_S + 2:.0f} s)"),
+            ),
+        ]
+    else:
+        rows.append(("S3 freeze/thaw", f"not run ({s3_skipped or '--s3 off'})"))
     for name, value in rows:
         print(f"| {name} | {value} |")
     for name, ok in checks.items():

@@ -23,9 +23,10 @@ import statistics
 import time
 from collections.abc import Sequence
 
+from bench.common import Row
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
-__all__ = ["main", "run_round"]
+__all__ = ["CONFIGS", "main", "measure", "rows", "run_round"]
 
 FAST_S = 0.05
 SLOW_S = 2.0
@@ -69,15 +70,40 @@ def run_round(concurrent: int) -> tuple[int, float, int, float]:
             time.sleep(STEP_PAUSE_S)
 
 
+CONFIGS = (("sequential (max_concurrent_groups=1)", 1), ("concurrent (default, 4)", 4), ("concurrent (9)", 9))
+
+
+def measure(rounds: int) -> dict[str, list[tuple[int, float, int, float]]]:
+    """{configuration: [run_round result per round]}, the configurations interleaved."""
+    results: dict[str, list[tuple[int, float, int, float]]] = {name: [] for name, _ in CONFIGS}
+    for _ in range(rounds):
+        for name, n in CONFIGS:  # interleaved, so load changes hit every configuration alike
+            results[name].append(run_round(n))
+    return results
+
+
+def rows(quick: bool) -> list[Row]:
+    """The suite's rows (``bench.run_all``): 1 round when quick, else 5."""
+    rounds = 1 if quick else 5
+    out = []
+    for name, runs in measure(rounds).items():
+        fast_steps, fast_s = (statistics.median(r[i] for r in runs) for i in range(2))
+        out.append(
+            Row(
+                "groups",
+                f"{name}: until the 8 fast groups have verdicts",
+                f"{fast_steps:.0f} steps, {fast_s * 1000:.0f} ms",
+                f"1 group of {SLOW_S:.0f} s + 8 of {FAST_S * 1000:.0f} ms per step; median of {rounds}",
+            )
+        )
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    configs = [("sequential (max_concurrent_groups=1)", 1), ("concurrent (default, 4)", 4), ("concurrent (9)", 9)]
-    results: dict[str, list[tuple[int, float, int, float]]] = {name: [] for name, _ in configs}
-    for _ in range(args.rounds):
-        for name, n in configs:  # interleaved, so load changes hit every configuration alike
-            results[name].append(run_round(n))
+    results = measure(args.rounds)
     print(
         f"9 groups per step: 1 taking {SLOW_S:.0f} s (first in the batch), {FAST_GROUPS} taking "
         f"{FAST_S * 1000:.0f} ms; {STEP_PAUSE_S * 1000:.0f} ms per step; median of {args.rounds} rounds"
@@ -85,9 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("| worker | steps until the 8 fast groups have verdicts | wall time | steps until all 9 | wall time |")
     print("|---|---:|---:|---:|---:|")
-    for name, _ in configs:
-        rows = results[name]
-        fast_steps, fast_s, all_steps, all_s = (statistics.median(r[i] for r in rows) for i in range(4))
+    for name, _ in CONFIGS:
+        runs = results[name]
+        fast_steps, fast_s, all_steps, all_s = (statistics.median(r[i] for r in runs) for i in range(4))
         print(f"| {name} | {fast_steps:.0f} | {fast_s * 1000:.0f} ms | {all_steps:.0f} | {all_s * 1000:.0f} ms |")
     return 0
 

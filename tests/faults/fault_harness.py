@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import threading
 import time
@@ -201,3 +202,43 @@ def counters(m: AsyncLookupManager, *names: str) -> str:
     parts = [f"{name}={getattr(stats, name)}" for name in names]
     parts += [f"{kind}={count}" for kind, count in sorted(stats.failures.items()) if kind not in names]
     return ", ".join(parts)
+
+
+# The last cell, `pytest ...` in backquotes (a command may hold a "|" of its own).
+_LAST_CELL_COMMAND = re.compile(r"\| `(pytest [^`]*)` \|\s*$")
+
+
+def row_line(row: Row) -> str:
+    """A row of the Reliability table (markdown)."""
+    return (
+        f"| {row.fault} | {row.backend} | {row.verdicts} | {row.seconds * 1000:.0f} ms | {row.leaked} "
+        f"| {row.counters} | `{row.command}` |"
+    )
+
+
+def command_of(line: str) -> str | None:
+    """The ``reproduce`` command of a table row (its last cell, in backquotes), or None."""
+    found = _LAST_CELL_COMMAND.search(line) if line.startswith("| ") else None
+    return None if found is None else found.group(1)
+
+
+def merged_rows(old_table: str, rows: Sequence[Row]) -> list[str]:
+    """The old table's rows, those of the tests that recorded ``rows`` replaced in place; new tests' appended."""
+    fresh: dict[str, list[str]] = {}
+    for row in rows:
+        fresh.setdefault(row.command, []).append(row_line(row))
+    lines: list[str] = []
+    placed: set[str] = set()
+    for line in old_table.splitlines():
+        command = command_of(line)
+        if command is None:
+            continue
+        if command not in fresh:
+            lines.append(line)
+        elif command not in placed:
+            lines += fresh[command]
+            placed.add(command)
+    for command, new in fresh.items():
+        if command not in placed:
+            lines += new
+    return lines

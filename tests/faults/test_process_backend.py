@@ -533,6 +533,35 @@ def test_close_ends_idle_helpers_then_refuses_calls_and_is_idempotent(tier: Tier
         backend.batch_lookup([], None)
 
 
+def test_start_helpers_starts_them_before_any_call_and_calls_use_them(tier: Tier, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    backend = _own(tier, max_procs=3)
+    try:
+        assert len(backend.pids) == 1  # the constructor's
+        assert backend.start_helpers(2) == 2
+        assert backend.start_helpers() == 3  # max_procs
+        assert backend.start_helpers(10) == 3  # never above max_procs
+        started = set(backend.pids)
+        assert len(started) == 3 and all(map(process_alive, started))
+        # Three calls at once: each takes a started helper, none starts a process.
+        calls = [Background(lambda: backend.batch_lookup([marker("wait", release)], None)) for _ in range(3)]
+        _wait_until(lambda: backend.pids == [], "the three calls took the three helpers")
+        assert set(backend.helper_pids) == started
+        release.touch()
+        for call in calls:
+            call.join()
+            assert call.result == [False]
+        for bad in (0, -1, True, 1.5, "2"):
+            with pytest.raises(ValueError, match="count must be a positive int"):
+                backend.start_helpers(bad)  # type: ignore[arg-type]
+        assert set(backend.helper_pids) == started
+    finally:
+        backend.close()
+    assert [pid for pid in started if process_alive(pid)] == []
+    with pytest.raises(RuntimeError, match="closed"):
+        backend.start_helpers()
+
+
 def test_the_context_manager_closes(tier: Tier) -> None:
     with ProcessBackend(partial(FsBackend, str(tier.root))) as backend:
         assert backend.batch_lookup(tier.stored[1:3], None) == [True, True]
