@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
 from model_replay import read_graph
 
-from kvprobe.tlc import TlcResult, run_tlc, tla_dir
+from kvprobe.tlc import run_tlc, tla_dir
 
 INVARIANTS_ONLY_MARK = "PROPERTIES"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "tlc: runs the TLC model checker (needs Java 11+; tens of seconds)")
 
 
 def safety_only(cfg_text: str) -> str:
@@ -81,12 +75,3 @@ def default_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
 def two_key_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     """TLC's explored state graph of :func:`two_key_config` (invariants checked)."""
     return explored_graph(tmp_path_factory.mktemp("graph2"), two_key_config((tla_dir() / "default.cfg").read_text()))
-
-
-@functools.cache
-def default_mutant_run(mutant: str) -> TlcResult:
-    """TLC on tla/default.cfg with ``Mutant`` set (one run per mutant per session, shared by tests)."""
-    folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
-    cfg = folder / "mutant.cfg"
-    cfg.write_text((tla_dir() / "default.cfg").read_text().replace('Mutant = "none"', f'Mutant = "{mutant}"'))
-    return run_tlc(tla_dir() / "MC.tla", cfg)

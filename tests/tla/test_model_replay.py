@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import pytest
-from conftest import default_mutant_run
 from model_replay import View, differences, replay_edge, to_model, view_of_model, view_of_tla
+from mutant_runs import default_mutant_run
 
 from kvprobe.spec import model
 from kvprobe.tlc import parse_value

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import default_mutant_run
+from mutant_runs import default_mutant_run
 
 import kvprobe.tlc
 from kvprobe import check
