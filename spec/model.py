@@ -858,14 +858,15 @@ def fail_group(s: State, group_id: int, failure: str) -> State:
 def time_out(s: State, group_id: int, max_stuck: int | None = None) -> State:
     """TimeOut: publish TIMEOUT; the call is stuck and may answer late.
 
-    With ``max_stuck`` (the code's ``max_stuck_calls``) it is enabled only
-    while fewer calls are stuck.  Raises :class:`ModelError` if the group's
-    call is not running or too many calls are stuck.
+    Any running call may time out, however many are stuck already (groups
+    run concurrently and may overstay together); ``max_stuck`` (the code's
+    ``max_stuck_calls``) 0 means no timeout is configured.  Raises
+    :class:`ModelError` if the group's call is not running or there is no timeout.
     """
     s = _begin(s, scheduler=False)
     group = _running(s, group_id, "TimeOut")
-    if max_stuck is not None and len(s.stuck()) >= max_stuck:
-        raise ModelError(f"TimeOut: {len(s.stuck())} calls stuck already (max {max_stuck}): Saturate")
+    if max_stuck == 0:
+        raise ModelError("TimeOut: no timeout is configured (max_stuck 0)")
     s = replace(s, told=_tell(s, group, None))
     if s.closed:
         s = replace(

@@ -451,8 +451,10 @@ class LookupCore:
         """
         group = outcome.group
         if group.group_id == 0 and is_death_marker(outcome):
-            # The worker's dispatcher ended: whatever it held is lost.
-            self.fail_outstanding(FailureKind.WORKER_DIED, outcome.detail)
+            # The worker's dispatcher ended: whatever it held is lost.  Outcomes
+            # queued behind the marker are drained after it, as the model's queue
+            # is: a stuck call's late answer then finds its keys resolved.
+            self._fail_open_groups(FailureKind.WORKER_DIED, outcome.detail)
             return
         stats = self._stats
         first = self.outstanding.pop(group.group_id, None) is not None
@@ -517,10 +519,18 @@ class LookupCore:
         """
         if groups is None:
             if self.inbox:
+                # What the worker published before it died is its answer.
                 self.drain()
-            groups = list(self.outstanding.values())
-            if failure is FailureKind.WORKER_DIED:
-                self._stats.worker_deaths += 1
+            return self._fail_open_groups(failure, detail)
+        return self._fail_groups(groups, failure, detail)
+
+    def _fail_open_groups(self, failure: FailureKind, detail: str) -> int:
+        """Fail every open group (the worker died); what is queued behind stays queued."""
+        if failure is FailureKind.WORKER_DIED:
+            self._stats.worker_deaths += 1
+        return self._fail_groups(list(self.outstanding.values()), failure, detail)
+
+    def _fail_groups(self, groups: Iterable[ProbeGroup], failure: FailureKind, detail: str) -> int:
         failed = 0
         for group in groups:
             if group.group_id in self.outstanding:

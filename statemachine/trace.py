@@ -301,7 +301,7 @@ class TracingCore(LookupCore):
         with self._recorder.lock:
             group = outcome.group
             if is_death_marker(outcome):
-                # Its Drain is the one fail_outstanding emits (the worker logged Die).
+                # Its Drain is the one _fail_open_groups emits (the worker logged Die).
                 self._marker_drained = True
                 super().apply(outcome)
                 return
@@ -320,16 +320,18 @@ class TracingCore(LookupCore):
             )
 
     def fail_outstanding(self, failure: FailureKind, detail: str, groups: Iterable[ProbeGroup] | None = None) -> int:
-        if groups is not None or failure is not FailureKind.WORKER_DIED:
-            # Groups a worker could not take: not a model action (see docs/worker.md).
-            with self._recorder.lock:
-                return super().fail_outstanding(failure, detail, groups)
+        # Groups a worker could not take are not a model action (see
+        # docs/worker.md); a dead worker's are, through _fail_open_groups.
+        # Published outcomes are applied first (as the core does), each its own Drain.
+        with self._recorder.lock:
+            return super().fail_outstanding(failure, detail, groups)
+
+    def _fail_open_groups(self, failure: FailureKind, detail: str) -> int:
+        if failure is not FailureKind.WORKER_DIED:
+            return super()._fail_open_groups(failure, detail)
         with self._recorder.lock:
             # The worker died: the model's Drain of its death marker, which
-            # fails every open group at once.  Published outcomes are applied
-            # first (as the core does), each its own Drain.
-            if self.inbox:
-                self.drain()
+            # fails every open group at once.
             if not self._marker_drained:
                 # It died without a marker: the manager noticed at flush or
                 # drain_results; it logs the worker's Die on its behalf.
@@ -338,7 +340,7 @@ class TracingCore(LookupCore):
             touched = [key for g in self.outstanding.values() for key in g.keys]
             self._failing_open = True
             try:
-                failed = super().fail_outstanding(failure, detail, groups)
+                failed = super()._fail_open_groups(failure, detail)
             finally:
                 self._failing_open = False
             self._emit(

@@ -170,7 +170,7 @@ def check_count(name: str, value: object) -> int:
 class _Call:
     """One backend call handed to a caller thread."""
 
-    __slots__ = ("deadline", "events", "group", "outcome", "timed_out")
+    __slots__ = ("deadline", "events", "group", "lost", "outcome", "timed_out")
 
     def __init__(self, group: ProbeGroup, events: queue.SimpleQueue[object], deadline: float) -> None:
         self.group = group
@@ -178,6 +178,7 @@ class _Call:
         self.deadline = deadline
         self.outcome: GroupOutcome | None = None
         self.timed_out = False
+        self.lost = False  # its dispatcher died while it ran: its answer is not published
 
 
 class ThreadedWorker:
@@ -367,7 +368,12 @@ class ThreadedWorker:
                 self._threads.discard(threading.current_thread())
                 if not ended_as_asked and not self._stopping:
                     # The groups it held are lost: the marker makes the core fail
-                    # them at its next drain (a lookup is enough).
+                    # them at its next drain (a lookup is enough).  Their calls
+                    # still running must not publish after it (the model's Die
+                    # loses them); calls already timed out are stuck, not held,
+                    # and may still answer late.
+                    for call in running:
+                        call.lost = True
                     self._send("Die", death_marker(f"worker {self.name!r} dispatcher ended unexpectedly"))
 
     def _start_call(self, group: ProbeGroup, events: queue.SimpleQueue[object], running: dict[_Call, None]) -> None:
@@ -454,7 +460,7 @@ class ThreadedWorker:
                         outcome = replace(outcome, late=True)
                     # Published under the lock and only if not stopped: a call
                     # that outlived shutdown must not reach the closed manager.
-                    if not self._stopping:
+                    if not self._stopping and not call.lost:
                         answered = "CompleteGroup" if outcome.verdicts is not None else "FailGroup"
                         self._send("LateAnswer" if call.timed_out else answered, outcome)
                     keep_going = ending is None and not self._stopping

@@ -16,7 +16,7 @@
 (* The worker (docs/worker.md) is up, dead or stopped.  Its actions are    *)
 (* TakeBatch, CompleteGroup, FailGroup, TimeOut, Saturate, LateAnswer and  *)
 (* Die.  It owns the groups it took (taken) and the calls that overstayed  *)
-(* their timeout (stuck, at most MaxStuck before it saturates).  A stopped *)
+(* their timeout (stuck; while MaxStuck are, it saturates).  A stopped     *)
 (* worker may still finish the calls it had started and publish them:     *)
 (* nothing it publishes is applied any more.                               *)
 (*                                                                         *)
@@ -444,8 +444,12 @@ FailGroupOf(G) ==
 
 \* The call overstayed the timeout: publish TIMEOUT now; the call is stuck
 \* and may answer late (LateAnswer) or never.
+\* Any running call may overstay, however many are stuck already: the code
+\* runs several groups at once, and they may all time out together (the
+\* code's bound, max_stuck_calls + max_concurrent_groups - 1, refines this).
+\* MaxStuck = 0 is a manager without a timeout: no call ever times out.
 TimeOutOf(G) ==
-    /\ Cardinality(stuck) < MaxStuck
+    /\ MaxStuck > 0
     /\ Publish(G, "timeout", AllMiss(G))
     /\ taken' = taken \ {G}
     /\ stuck' = IF Mutant = "timeout-frees-call" THEN stuck ELSE stuck \cup {G}

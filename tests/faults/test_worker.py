@@ -294,3 +294,46 @@ def test_a_call_answered_after_shutdown_ends_its_caller_thread() -> None:
         time.sleep(0.01)
     assert not worker.is_alive() and worker.caller_threads == 0
     assert len(m.core.inbox) == 0
+
+
+class GatedBackend:
+    """Answers True for every key, once ``gate`` is set."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: Any) -> list[bool]:
+        self.gate.wait(10)
+        return [True] * len(keys)
+
+
+@_thread_ends
+def test_a_call_running_when_its_dispatcher_dies_publishes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The model's Die loses the groups the worker held; a call that returns
+    # after its dispatcher died must not publish behind the death marker.
+    backend = GatedBackend()
+    kill_dispatcher(monkeypatch, kills=1, spare_first=1)  # r1's call starts; the dispatcher dies starting r2's
+    events: list[dict[str, object]] = []
+    with nothing_outlives(), AsyncLookupManager(backend, trace=events.append, max_concurrent_groups=2) as m:
+        worker = m.worker
+        assert isinstance(worker, ThreadedWorker)
+        k1, k2 = b"k1", b"k2"
+        m.lookup(k1, ReqContext("r1"))
+        m.lookup(k2, ReqContext("r2"))
+        m.flush()
+        deadline = time.monotonic() + 10
+        while m.stats.worker_deaths == 0 and time.monotonic() < deadline:
+            assert m.lookup(k1, ReqContext("r1")) in (None, False)
+            time.sleep(0.001)
+        assert m.lookup(k1, ReqContext("r1")) is False and m.lookup(k2, ReqContext("r2")) is False
+        backend.gate.set()  # r1's call returns now, after the death
+        while not worker._idle and time.monotonic() < deadline:  # its caller decided and went idle
+            time.sleep(0.001)
+        assert worker._idle, "r1's caller never finished"
+        m.drain_results()
+        after_death = [e["action"] for e in events[[e["action"] for e in events].index("Die") :]]
+        assert "CompleteGroup" not in after_death, after_death
+        assert m.stats.stale_results_dropped == 0 and m.stats.late_results == 0
+        m.cleanup("r1")
+        m.cleanup("r2")
+        assert len(m) == 0

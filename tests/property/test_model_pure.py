@@ -153,7 +153,7 @@ def _walk(actions: list[tuple[object, ...]]) -> list[State]:
             s = model.complete_group(s, gid, [bool(action[2])] * len(pool[gid].keys))
         elif kind == "fail" and taken:
             s = model.fail_group(s, taken[action[1] % len(taken)], "raised")  # type: ignore[operator]
-        elif kind == "time_out" and running and len(s.stuck()) < MAX_STUCK:
+        elif kind == "time_out" and running:
             s = model.time_out(s, running[action[1] % len(running)], MAX_STUCK)  # type: ignore[operator]
         elif kind == "die" and not s.worker_dead:
             s = model.worker_dies(s, marker=bool(action[1]))
@@ -282,7 +282,10 @@ def test_a_late_answer_after_a_timeout_is_dropped_and_saturation_answers_miss() 
     s, _ = model.flush(s)
     s, (group,) = model.take_batch(s)
     with pytest.raises(model.ModelError):
-        model.time_out(s, group.group_id, 1)  # one call is stuck already: Saturate
+        model.time_out(s, group.group_id, 0)  # no timeout configured
+    # A call already running may still time out with one stuck (groups run
+    # concurrently); a group not started yet saturates.
+    assert len(model.time_out(s, group.group_id, 1).stuck()) == 2
     s = model.drain(model.saturate(s, group.group_id, 1))
     assert s.probes[b"k1"].verdict is False and s.told[(b"k1", 2)] is False
     s = model.drain(model.late_answer(s, gid, [True]))
