@@ -40,8 +40,10 @@ into its set of waiters (a separate object, and so a cache miss per key).
 from __future__ import annotations
 
 import itertools
+import types
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, TypeVar
 
 from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, RULES, Event, LookupPhase, Phase
 from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
@@ -53,13 +55,24 @@ from kvprobe.statemachine.types import (
     GroupOutcome,
     HasReqId,
     InvalidInputError,
+    InvariantViolation,
     Key,
     ProbeGroup,
     Stats,
     is_death_marker,
 )
 
-__all__ = ["InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
+_C = TypeVar("_C")
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # only the compiled build needs mypy_extensions (mypyc reads the decorator)
+
+    def mypyc_attr(*_args: str, **_flags: bool) -> Callable[[_C], _C]:  # type: ignore[misc]
+        return lambda cls: cls
+
+
+__all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
 
 PENDING = LookupPhase.PENDING
 IN_FLIGHT = LookupPhase.IN_FLIGHT
@@ -105,8 +118,19 @@ if _TO_IN_FLIGHT is not IN_FLIGHT:
 
 # Creates a ProbeState without running its __init__; lookup and lookup_chain
 # set every slot themselves (tests/core/test_chain.py compares the states they
-# make, field by field, with ProbeState's own).
+# make, field by field, with ProbeState's own).  Pure-Python build only: a
+# compiled ProbeState is a native class, built by its constructor in C.
 _new_state = object.__new__
+
+
+def _compiled_probe() -> None:
+    """A function whose type tells how this module was built."""
+
+
+#: True when this module was compiled with mypyc (an opt-in build, see
+#: docs/performance.md), False for the pure-Python source.  Both builds run the
+#: same source and the same tests.
+COMPILED: Final = type(_compiled_probe) is not types.FunctionType
 
 _BACKEND_ERRORS = frozenset(
     {
@@ -122,10 +146,8 @@ _BACKEND_ERRORS = frozenset(
 _NO_CALL = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
 
 
-class InvariantViolation(AssertionError):
-    """An invariant of docs/properties.md does not hold (a bug in kvprobe)."""
-
-
+# Interpreted subclasses: the tracing core, the test suite's mutant cores.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LookupCore:
     """Scheduler-owned probe table, reverse index, generations and step batch.
 
@@ -168,7 +190,12 @@ class LookupCore:
 
     # --- Lookup ------------------------------------------------------------
 
-    def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+    # Arguments that come from the caller are annotated ``Any``/``object``, not
+    # ``Key``/``str``: a compiled build (mypyc) checks annotated types itself
+    # and would raise a plain TypeError before the InvalidInputError these
+    # methods promise.  AsyncLookupManager's signatures carry the real types.
+
+    def lookup(self, key: Any, req_context: HasReqId) -> bool | None:
         """Lookup action: the verdict if known, else None (ask again later).
 
         Applies any published results first, so a verdict is visible to the
@@ -213,13 +240,16 @@ class LookupCore:
         if state is None:
             # ProbeState.__init__, inlined (see _NEW_STATE): a class call with a
             # Python __init__ costs a quarter of this whole path.
-            state = _new_state(ProbeState)
-            state.phase = PENDING
-            state.generation = next(self._generations)
-            state.waiters = {req_id}
-            state.verdict = None
-            state.key = key
-            state.owner = request
+            if COMPILED:
+                state = ProbeState(key, request, next(self._generations))
+            else:
+                state = _new_state(ProbeState)
+                state.phase = PENDING
+                state.generation = next(self._generations)
+                state.waiters = {req_id}
+                state.verdict = None
+                state.key = key
+                state.owner = request
             self.states[key] = state
             self.step_batch.append(state)
             verdict = None
@@ -236,7 +266,7 @@ class LookupCore:
         request.states.append(state)
         return verdict
 
-    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
+    def lookup_chain(self, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
         """The Lookup action of each key in order, stopping after the first known MISS.
 
         Exactly the sequence ``lookup(keys[0], req_context)``,
@@ -322,15 +352,19 @@ class LookupCore:
                     batch = self.step_batch.append
                     generations = self._generations
                     new_state = _new_state
+                    compiled = COMPILED
                 if state is None:
                     # ProbeState.__init__, inlined as in lookup.
-                    state = new_state(ProbeState)
-                    state.phase = pending
-                    state.generation = next(generations)
-                    state.waiters = {req_id}
-                    state.verdict = None
-                    state.key = key
-                    state.owner = request
+                    if compiled:
+                        state = ProbeState(key, request, next(generations))
+                    else:
+                        state = new_state(ProbeState)
+                        state.phase = pending
+                        state.generation = next(generations)
+                        state.waiters = {req_id}
+                        state.verdict = None
+                        state.key = key
+                        state.owner = request
                     states[key] = state
                     batch(state)
                     register(state)
@@ -530,7 +564,7 @@ class LookupCore:
 
     # --- Cleanup -------------------------------------------------------------
 
-    def cleanup(self, req_id: str) -> None:
+    def cleanup(self, req_id: Any) -> None:
         """Cleanup action: the request finished; release its interest in every key.
 
         A request id the manager does not know is counted and ignored.
@@ -564,7 +598,7 @@ class LookupCore:
 
     # --- MarkMiss ------------------------------------------------------------
 
-    def mark_miss(self, keys: Iterable[Key]) -> None:
+    def mark_miss(self, keys: Iterable[Any]) -> None:
         """MarkMiss action: force MISS for keys whose load from the tier failed.
 
         Keys without a state are counted and ignored (the next lookup probes
@@ -639,7 +673,7 @@ class LookupCore:
 
     # --- Observation -----------------------------------------------------------
 
-    def phase(self, key: Key) -> Phase:
+    def phase(self, key: Any) -> Phase:
         """The key's phase, or None when no state is held (does not drain)."""
         state = self.states.get(key)
         return None if state is None else state.phase
@@ -727,7 +761,7 @@ def _chain_req_id(req_context: HasReqId) -> str:
     return req_id
 
 
-def _chain_keys(keys: object) -> list[Key]:
+def _chain_keys(keys: object) -> list[Any]:
     """``keys`` as a list, if it is a sequence of keys (the element types are checked later)."""
     if isinstance(keys, (bytes, bytearray, memoryview, str)):
         raise InvalidInputError(
