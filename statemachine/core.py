@@ -74,9 +74,11 @@ except ImportError:  # only the compiled build needs mypy_extensions (mypyc read
 
 __all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
 
-PENDING = LookupPhase.PENDING
-IN_FLIGHT = LookupPhase.IN_FLIGHT
-RESOLVED = LookupPhase.RESOLVED
+# Module constants are Final: a compiled build keeps them in C statics rather
+# than looking them up in the module's namespace at every use.
+PENDING: Final = LookupPhase.PENDING
+IN_FLIGHT: Final = LookupPhase.IN_FLIGHT
+RESOLVED: Final = LookupPhase.RESOLVED
 
 # The hot path relies on these; see the module docstring.
 if any(r.event is Event.LOOKUP and r.source is not ABSENT and r.dest is not r.source for r in RULES):
@@ -104,15 +106,15 @@ def _rows(event: Event, has_waiters: bool) -> dict[str, Phase]:
     }
 
 
-_CLEANUP_LAST = _rows(Event.CLEANUP, has_waiters=False)
-_MARK_MISS_NEXT = (_rows(Event.MARK_MISS, has_waiters=True), _rows(Event.MARK_MISS, has_waiters=False))
+_CLEANUP_LAST: Final = _rows(Event.CLEANUP, has_waiters=False)
+_MARK_MISS_NEXT: Final = (_rows(Event.MARK_MISS, has_waiters=True), _rows(Event.MARK_MISS, has_waiters=False))
 # What a result does to the IN_FLIGHT state it was submitted for: with a
 # request waiting (nearly every key) and without (an orphan).
-_ANSWERED = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
-_ORPHANED = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, False)]
+_ANSWERED: Final = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
+_ORPHANED: Final = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, False)]
 if _ANSWERED is not RESOLVED or _ORPHANED is not ABSENT:
     raise ImportError("lifecycle changed what a result does to an in-flight probe; LookupCore.apply must follow it")
-_TO_IN_FLIGHT = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
+_TO_IN_FLIGHT: Final = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
 if _TO_IN_FLIGHT is not IN_FLIGHT:
     raise ImportError("lifecycle no longer sends a flushed probe IN_FLIGHT; LookupCore.flush must follow it")
 
@@ -132,7 +134,7 @@ def _compiled_probe() -> None:
 #: same source and the same tests.
 COMPILED: Final = type(_compiled_probe) is not types.FunctionType
 
-_BACKEND_ERRORS = frozenset(
+_BACKEND_ERRORS: Final = frozenset(
     {
         FailureKind.RAISED,
         FailureKind.RAISED_WHILE_ITERATING,
@@ -143,7 +145,7 @@ _BACKEND_ERRORS = frozenset(
 )
 
 
-_NO_CALL = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
+_NO_CALL: Final = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
 
 
 # Interpreted subclasses: the tracing core, the test suite's mutant cores.
@@ -783,7 +785,7 @@ def _check_keys(keys: Sequence[object], start: int) -> None:
         raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(bad).__name__}")
 
 
-_ONLY_BYTES = {bytes}
+_ONLY_BYTES: Final = {bytes}
 
 
-_MISSING = object()
+_MISSING: Final = object()
