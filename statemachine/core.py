@@ -175,7 +175,9 @@ class LookupCore:
         self.inbox: deque[GroupOutcome] = deque()
         self._stats = Stats()
         self._flushed_probes = 0  # probes_created, but for the step batch
-        self._generations = itertools.count(1)
+        # The last generation number handed out (an int, not itertools.count:
+        # ``next()`` on a counter cost a tenth of a new probe).
+        self._last_generation = 0
         self._batch_ids = itertools.count(1)
         self._group_ids = itertools.count(1)
 
@@ -242,12 +244,13 @@ class LookupCore:
         if state is None:
             # ProbeState.__init__, inlined (see _NEW_STATE): a class call with a
             # Python __init__ costs a quarter of this whole path.
+            generation = self._last_generation = self._last_generation + 1
             if COMPILED:
-                state = ProbeState(key, request, next(self._generations))
+                state = ProbeState(key, request, generation)
             else:
                 state = _new_state(ProbeState)
                 state.phase = PENDING
-                state.generation = next(self._generations)
+                state.generation = generation
                 state.waiters = {req_id}
                 state.verdict = None
                 state.key = key
@@ -333,10 +336,13 @@ class LookupCore:
         looked = start
         joins = reuses = 0
         pending = PENDING
-        get = self.states.get
+        # Tables and lists are called through their methods, not bound methods
+        # held in locals: Python 3.11 specialises ``list.append`` and
+        # ``dict.get`` calls, and a compiled build calls them in C directly.
+        states = self.states
         rest = keys[start:] if start else keys
         for looked, key in enumerate(rest, start):  # `looked` is read after the loop
-            state = get(key)
+            state = states.get(key)
             if state is not None and req_id in state.waiters:
                 if not verified and type(key) is not bytes:
                     raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(key).__name__}")
@@ -349,27 +355,31 @@ class LookupCore:
                     request = self.requests.get(req_id)
                     if request is None:
                         request = self.requests[req_id] = WaitingRequest(req_id, req_context)
-                    register = request.states.append
+                    registered_states = request.states
                     states = self.states
-                    batch = self.step_batch.append
-                    generations = self._generations
+                    step_batch = self.step_batch
+                    generation = self._last_generation
                     new_state = _new_state
                     compiled = COMPILED
                 if state is None:
                     # ProbeState.__init__, inlined as in lookup.
+                    generation += 1
+                    # Stored at once, so an exception later in the walk
+                    # cannot hand the same number out twice.
+                    self._last_generation = generation
                     if compiled:
-                        state = ProbeState(key, request, next(generations))
+                        state = ProbeState(key, request, generation)
                     else:
                         state = new_state(ProbeState)
                         state.phase = pending
-                        state.generation = next(generations)
+                        state.generation = generation
                         state.waiters = {req_id}
                         state.verdict = None
                         state.key = key
                         state.owner = request
                     states[key] = state
-                    batch(state)
-                    register(state)
+                    step_batch.append(state)
+                    registered_states.append(state)
                     if first_unknown < 0:
                         first_unknown = looked
                     continue
@@ -379,7 +389,7 @@ class LookupCore:
                     joins += 1
                 elif phase is IN_FLIGHT:
                     reuses += 1
-                register(state)
+                registered_states.append(state)
                 verdict = state.verdict
             if verdict is None:
                 if first_unknown < 0:
