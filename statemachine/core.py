@@ -293,16 +293,17 @@ class LookupCore:
         """
         ready = bool(self.inbox)  # raises ManagerClosedError after shutdown
         req_id = _chain_req_id(req_context)
-        if type(keys) is not list and type(keys) is not tuple:
-            keys = _chain_keys(keys)
+        # A list, whatever the caller passed (a tuple is copied, in C): the
+        # walks index it, which a compiled build does in C only on a list.
+        asked = keys if type(keys) is list else _chain_keys(keys)
         # Keys are type-checked one by one while the walk only reads (the
         # request already waits on each of them: nothing changes); at the
         # first key that would change something, all the remaining keys are
         # checked at once, in C, so an invalid key anywhere leaves the table
         # untouched.
         verified = False
-        if ready and keys:  # an empty chain is no Lookup at all: nothing is applied
-            _check_keys(keys, 0)  # applying results is a change: every key is checked first
+        if ready and asked:  # an empty chain is no Lookup at all: nothing is applied
+            _check_keys(asked, 0)  # applying results is a change: every key is checked first
             verified = True
             self.drain()
         first_unknown = -1
@@ -316,9 +317,15 @@ class LookupCore:
         # listed state's own key (by identity, else equal and exactly bytes)
         # hands over to the general walk below.
         registered = self.requests.get(req_id)
+        # Both walks index their sequences with a counter: a compiled build
+        # turns that into a C loop, while enumerate(zip(...)) stays generic
+        # Python iteration (tuples built and unpacked per key).
         if registered is not None:
+            held_states = registered.states
             # Stops at the shorter of the two, by design.
-            for start, (held, key) in enumerate(zip(registered.states, keys, strict=False)):
+            for start in range(min(len(held_states), len(asked))):
+                held = held_states[start]
+                key = asked[start]
                 if held.key is not key and (type(key) is not bytes or held.key != key):
                     break
                 verdict = held.verdict
@@ -330,18 +337,17 @@ class LookupCore:
                         start if first_unknown < 0 else first_unknown, True, first_unknown >= 0, start + 1
                     )
             else:
-                start = min(len(registered.states), len(keys))
+                start = min(len(held_states), len(asked))
         request: WaitingRequest | None = None
-        stopped = False
-        looked = start
+        stopped_at = -1
         joins = reuses = 0
         pending = PENDING
         # Tables and lists are called through their methods, not bound methods
         # held in locals: Python 3.11 specialises ``list.append`` and
         # ``dict.get`` calls, and a compiled build calls them in C directly.
         states = self.states
-        rest = keys[start:] if start else keys
-        for looked, key in enumerate(rest, start):  # `looked` is read after the loop
+        for looked in range(start, len(asked)):
+            key = asked[looked]
             state = states.get(key)
             if state is not None and req_id in state.waiters:
                 if not verified and type(key) is not bytes:
@@ -350,7 +356,7 @@ class LookupCore:
             else:
                 if request is None:
                     if not verified:
-                        _check_keys(keys, looked)
+                        _check_keys(asked, looked)
                         verified = True
                     request = self.requests.get(req_id)
                     if request is None:
@@ -395,18 +401,18 @@ class LookupCore:
                 if first_unknown < 0:
                     first_unknown = looked
             elif not verdict:
-                stopped = True
+                stopped_at = looked
                 break
-        else:
-            looked += 1 if rest else 0
         if joins or reuses:
             stats = self._stats
             stats.joins += joins
             stats.in_flight_reuses += reuses
-        if stopped:
-            # `looked` is the stopping key's index: it was looked up too.
-            return ChainAnswer(looked if first_unknown < 0 else first_unknown, True, first_unknown >= 0, looked + 1)
-        return ChainAnswer(looked if first_unknown < 0 else first_unknown, False, first_unknown >= 0, looked)
+        if stopped_at >= 0:
+            # The stopping key was looked up too.
+            hits = stopped_at if first_unknown < 0 else first_unknown
+            return ChainAnswer(hits, True, first_unknown >= 0, stopped_at + 1)
+        looked_up = len(asked)
+        return ChainAnswer(looked_up if first_unknown < 0 else first_unknown, False, first_unknown >= 0, looked_up)
 
     # --- Flush ---------------------------------------------------------------
 
@@ -775,6 +781,8 @@ def _chain_req_id(req_context: HasReqId) -> str:
 
 def _chain_keys(keys: object) -> list[Any]:
     """``keys`` as a list, if it is a sequence of keys (the element types are checked later)."""
+    if type(keys) is tuple:
+        return list(keys)
     if isinstance(keys, (bytes, bytearray, memoryview, str)):
         raise InvalidInputError(
             f"lookup_chain() takes a sequence of keys, got a single {type(keys).__name__}; wrap it in a list"
