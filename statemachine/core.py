@@ -795,8 +795,15 @@ def _chain_keys(keys: object) -> list[Any]:
         raise InvalidInputError(f"lookup_chain() could not read its keys: {type(exc).__name__}: {exc}") from exc
 
 
-def _check_keys(keys: Sequence[object], start: int) -> None:
+def _check_keys(keys: list[Any], start: int) -> None:
     """Raise InvalidInputError unless every key from index ``start`` on is exactly ``bytes``."""
+    if COMPILED:
+        # A C loop here; set(map(type, ...)) would be generic calls per key.
+        for i in range(start, len(keys)):
+            if type(keys[i]) is not bytes:
+                raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(keys[i]).__name__}")
+        return
+    # The pure-Python build checks in C: one set of the types, no Python loop.
     rest = keys[start:] if start else keys
     if set(map(type, rest)) != _ONLY_BYTES and rest:
         bad = next(key for key in rest if type(key) is not bytes)
