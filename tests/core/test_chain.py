@@ -331,3 +331,14 @@ def test_a_waiting_request_re_walking_with_a_look_alike_key_is_refused(make: Any
         m.lookup_chain([KEYS[0], make(KEYS[1]), KEYS[2]], ctx)
     assert table(m) == before
     m.shutdown()
+
+
+def test_compiled_flag_tells_which_build_is_loaded() -> None:
+    # COMPILED is what a user (and the compiled CI job) reads to know the
+    # build; it must agree with the file the core was actually loaded from.
+    import kvprobe.statemachine.core as core
+    import kvprobe.statemachine.records as records
+
+    assert core.COMPILED is (not core.__file__.endswith(".py"))
+    # The two modules are compiled together or not at all (setup.py).
+    assert records.__file__.endswith(".py") is core.__file__.endswith(".py")
