@@ -52,7 +52,7 @@ def steps(number: int = 200_000) -> str:
     fresh = itertools.count()
     env = {
         "m": m, "core": core, "ctx": ctx, "key": key, "state": state, "states": core.states,
-        "inbox": core.inbox, "ProbeState": ProbeState, "gen": itertools.count(), "batch": [],
+        "inbox": core.inbox, "ProbeState": ProbeState, "batch": [],
         "fresh": fresh, "requests": {"r": WaitingRequest("r", ctx)}, "owner": WaitingRequest("r", ctx),
     }  # fmt: skip
 
@@ -68,7 +68,7 @@ def steps(number: int = 200_000) -> str:
         ("  req_id in state.waiters", cost("'r' in state.waiters")),
         ("  return state.verdict", cost("state.verdict")),
         ("new key: one ProbeState(key, owner, gen)", cost("ProbeState(key, owner, 1)")),
-        ("  next(generations)", cost("next(gen)")),
+        ("  generation number (an int counter)", cost("core._last_generation += 1")),
         ("  type(key) is bytes", cost("type(key) is bytes")),
         (
             "  reverse index: requests.get + list.append",

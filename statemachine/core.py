@@ -40,8 +40,10 @@ into its set of waiters (a separate object, and so a cache miss per key).
 from __future__ import annotations
 
 import itertools
+import types
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, TypeVar
 
 from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, RULES, Event, LookupPhase, Phase
 from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
@@ -53,17 +55,30 @@ from kvprobe.statemachine.types import (
     GroupOutcome,
     HasReqId,
     InvalidInputError,
+    InvariantViolation,
     Key,
     ProbeGroup,
     Stats,
     is_death_marker,
 )
 
-__all__ = ["InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
+_C = TypeVar("_C")
 
-PENDING = LookupPhase.PENDING
-IN_FLIGHT = LookupPhase.IN_FLIGHT
-RESOLVED = LookupPhase.RESOLVED
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # only the compiled build needs mypy_extensions (mypyc reads the decorator)
+
+    def mypyc_attr(*_args: str, **_flags: bool) -> Callable[[_C], _C]:  # type: ignore[misc]
+        return lambda cls: cls
+
+
+__all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
+
+# Module constants are Final: a compiled build keeps them in C statics rather
+# than looking them up in the module's namespace at every use.
+PENDING: Final = LookupPhase.PENDING
+IN_FLIGHT: Final = LookupPhase.IN_FLIGHT
+RESOLVED: Final = LookupPhase.RESOLVED
 
 # The hot path relies on these; see the module docstring.
 if any(r.event is Event.LOOKUP and r.source is not ABSENT and r.dest is not r.source for r in RULES):
@@ -91,24 +106,35 @@ def _rows(event: Event, has_waiters: bool) -> dict[str, Phase]:
     }
 
 
-_CLEANUP_LAST = _rows(Event.CLEANUP, has_waiters=False)
-_MARK_MISS_NEXT = (_rows(Event.MARK_MISS, has_waiters=True), _rows(Event.MARK_MISS, has_waiters=False))
+_CLEANUP_LAST: Final = _rows(Event.CLEANUP, has_waiters=False)
+_MARK_MISS_NEXT: Final = (_rows(Event.MARK_MISS, has_waiters=True), _rows(Event.MARK_MISS, has_waiters=False))
 # What a result does to the IN_FLIGHT state it was submitted for: with a
 # request waiting (nearly every key) and without (an orphan).
-_ANSWERED = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
-_ORPHANED = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, False)]
+_ANSWERED: Final = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
+_ORPHANED: Final = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, False)]
 if _ANSWERED is not RESOLVED or _ORPHANED is not ABSENT:
     raise ImportError("lifecycle changed what a result does to an in-flight probe; LookupCore.apply must follow it")
-_TO_IN_FLIGHT = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
+_TO_IN_FLIGHT: Final = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
 if _TO_IN_FLIGHT is not IN_FLIGHT:
     raise ImportError("lifecycle no longer sends a flushed probe IN_FLIGHT; LookupCore.flush must follow it")
 
 # Creates a ProbeState without running its __init__; lookup and lookup_chain
 # set every slot themselves (tests/core/test_chain.py compares the states they
-# make, field by field, with ProbeState's own).
+# make, field by field, with ProbeState's own).  Pure-Python build only: a
+# compiled ProbeState is a native class, built by its constructor in C.
 _new_state = object.__new__
 
-_BACKEND_ERRORS = frozenset(
+
+def _compiled_probe() -> None:
+    """A function whose type tells how this module was built."""
+
+
+#: True when this module was compiled with mypyc (an opt-in build, see
+#: docs/performance.md), False for the pure-Python source.  Both builds run the
+#: same source and the same tests.
+COMPILED: Final = type(_compiled_probe) is not types.FunctionType
+
+_BACKEND_ERRORS: Final = frozenset(
     {
         FailureKind.RAISED,
         FailureKind.RAISED_WHILE_ITERATING,
@@ -119,13 +145,11 @@ _BACKEND_ERRORS = frozenset(
 )
 
 
-_NO_CALL = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
+_NO_CALL: Final = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
 
 
-class InvariantViolation(AssertionError):
-    """An invariant of docs/properties.md does not hold (a bug in kvprobe)."""
-
-
+# Interpreted subclasses: the tracing core, the test suite's mutant cores.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LookupCore:
     """Scheduler-owned probe table, reverse index, generations and step batch.
 
@@ -151,7 +175,9 @@ class LookupCore:
         self.inbox: deque[GroupOutcome] = deque()
         self._stats = Stats()
         self._flushed_probes = 0  # probes_created, but for the step batch
-        self._generations = itertools.count(1)
+        # The last generation number handed out (an int, not itertools.count:
+        # ``next()`` on a counter cost a tenth of a new probe).
+        self._last_generation = 0
         self._batch_ids = itertools.count(1)
         self._group_ids = itertools.count(1)
 
@@ -168,7 +194,12 @@ class LookupCore:
 
     # --- Lookup ------------------------------------------------------------
 
-    def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+    # Arguments that come from the caller are annotated ``Any``/``object``, not
+    # ``Key``/``str``: a compiled build (mypyc) checks annotated types itself
+    # and would raise a plain TypeError before the InvalidInputError these
+    # methods promise.  AsyncLookupManager's signatures carry the real types.
+
+    def lookup(self, key: Any, req_context: HasReqId) -> bool | None:
         """Lookup action: the verdict if known, else None (ask again later).
 
         Applies any published results first, so a verdict is visible to the
@@ -213,13 +244,17 @@ class LookupCore:
         if state is None:
             # ProbeState.__init__, inlined (see _NEW_STATE): a class call with a
             # Python __init__ costs a quarter of this whole path.
-            state = _new_state(ProbeState)
-            state.phase = PENDING
-            state.generation = next(self._generations)
-            state.waiters = {req_id}
-            state.verdict = None
-            state.key = key
-            state.owner = request
+            generation = self._last_generation = self._last_generation + 1
+            if COMPILED:
+                state = ProbeState(key, request, generation)
+            else:
+                state = _new_state(ProbeState)
+                state.phase = PENDING
+                state.generation = generation
+                state.waiters = {req_id}
+                state.verdict = None
+                state.key = key
+                state.owner = request
             self.states[key] = state
             self.step_batch.append(state)
             verdict = None
@@ -236,7 +271,7 @@ class LookupCore:
         request.states.append(state)
         return verdict
 
-    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
+    def lookup_chain(self, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
         """The Lookup action of each key in order, stopping after the first known MISS.
 
         Exactly the sequence ``lookup(keys[0], req_context)``,
@@ -258,16 +293,17 @@ class LookupCore:
         """
         ready = bool(self.inbox)  # raises ManagerClosedError after shutdown
         req_id = _chain_req_id(req_context)
-        if type(keys) is not list and type(keys) is not tuple:
-            keys = _chain_keys(keys)
+        # A list, whatever the caller passed (a tuple is copied, in C): the
+        # walks index it, which a compiled build does in C only on a list.
+        asked = keys if type(keys) is list else _chain_keys(keys)
         # Keys are type-checked one by one while the walk only reads (the
         # request already waits on each of them: nothing changes); at the
         # first key that would change something, all the remaining keys are
         # checked at once, in C, so an invalid key anywhere leaves the table
         # untouched.
         verified = False
-        if ready and keys:  # an empty chain is no Lookup at all: nothing is applied
-            _check_keys(keys, 0)  # applying results is a change: every key is checked first
+        if ready and asked:  # an empty chain is no Lookup at all: nothing is applied
+            _check_keys(asked, 0)  # applying results is a change: every key is checked first
             verified = True
             self.drain()
         first_unknown = -1
@@ -281,9 +317,15 @@ class LookupCore:
         # listed state's own key (by identity, else equal and exactly bytes)
         # hands over to the general walk below.
         registered = self.requests.get(req_id)
+        # Both walks index their sequences with a counter: a compiled build
+        # turns that into a C loop, while enumerate(zip(...)) stays generic
+        # Python iteration (tuples built and unpacked per key).
         if registered is not None:
+            held_states = registered.states
             # Stops at the shorter of the two, by design.
-            for start, (held, key) in enumerate(zip(registered.states, keys, strict=False)):
+            for start in range(min(len(held_states), len(asked))):
+                held = held_states[start]
+                key = asked[start]
                 if held.key is not key and (type(key) is not bytes or held.key != key):
                     break
                 verdict = held.verdict
@@ -295,16 +337,18 @@ class LookupCore:
                         start if first_unknown < 0 else first_unknown, True, first_unknown >= 0, start + 1
                     )
             else:
-                start = min(len(registered.states), len(keys))
+                start = min(len(held_states), len(asked))
         request: WaitingRequest | None = None
-        stopped = False
-        looked = start
+        stopped_at = -1
         joins = reuses = 0
         pending = PENDING
-        get = self.states.get
-        rest = keys[start:] if start else keys
-        for looked, key in enumerate(rest, start):  # `looked` is read after the loop
-            state = get(key)
+        # Tables and lists are called through their methods, not bound methods
+        # held in locals: Python 3.11 specialises ``list.append`` and
+        # ``dict.get`` calls, and a compiled build calls them in C directly.
+        states = self.states
+        for looked in range(start, len(asked)):
+            key = asked[looked]
+            state = states.get(key)
             if state is not None and req_id in state.waiters:
                 if not verified and type(key) is not bytes:
                     raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(key).__name__}")
@@ -312,28 +356,36 @@ class LookupCore:
             else:
                 if request is None:
                     if not verified:
-                        _check_keys(keys, looked)
+                        _check_keys(asked, looked)
                         verified = True
                     request = self.requests.get(req_id)
                     if request is None:
                         request = self.requests[req_id] = WaitingRequest(req_id, req_context)
-                    register = request.states.append
+                    registered_states = request.states
                     states = self.states
-                    batch = self.step_batch.append
-                    generations = self._generations
+                    step_batch = self.step_batch
+                    generation = self._last_generation
                     new_state = _new_state
+                    compiled = COMPILED
                 if state is None:
                     # ProbeState.__init__, inlined as in lookup.
-                    state = new_state(ProbeState)
-                    state.phase = pending
-                    state.generation = next(generations)
-                    state.waiters = {req_id}
-                    state.verdict = None
-                    state.key = key
-                    state.owner = request
+                    generation += 1
+                    # Stored at once, so an exception later in the walk
+                    # cannot hand the same number out twice.
+                    self._last_generation = generation
+                    if compiled:
+                        state = ProbeState(key, request, generation)
+                    else:
+                        state = new_state(ProbeState)
+                        state.phase = pending
+                        state.generation = generation
+                        state.waiters = {req_id}
+                        state.verdict = None
+                        state.key = key
+                        state.owner = request
                     states[key] = state
-                    batch(state)
-                    register(state)
+                    step_batch.append(state)
+                    registered_states.append(state)
                     if first_unknown < 0:
                         first_unknown = looked
                     continue
@@ -343,24 +395,24 @@ class LookupCore:
                     joins += 1
                 elif phase is IN_FLIGHT:
                     reuses += 1
-                register(state)
+                registered_states.append(state)
                 verdict = state.verdict
             if verdict is None:
                 if first_unknown < 0:
                     first_unknown = looked
             elif not verdict:
-                stopped = True
+                stopped_at = looked
                 break
-        else:
-            looked += 1 if rest else 0
         if joins or reuses:
             stats = self._stats
             stats.joins += joins
             stats.in_flight_reuses += reuses
-        if stopped:
-            # `looked` is the stopping key's index: it was looked up too.
-            return ChainAnswer(looked if first_unknown < 0 else first_unknown, True, first_unknown >= 0, looked + 1)
-        return ChainAnswer(looked if first_unknown < 0 else first_unknown, False, first_unknown >= 0, looked)
+        if stopped_at >= 0:
+            # The stopping key was looked up too.
+            hits = stopped_at if first_unknown < 0 else first_unknown
+            return ChainAnswer(hits, True, first_unknown >= 0, stopped_at + 1)
+        looked_up = len(asked)
+        return ChainAnswer(looked_up if first_unknown < 0 else first_unknown, False, first_unknown >= 0, looked_up)
 
     # --- Flush ---------------------------------------------------------------
 
@@ -540,7 +592,7 @@ class LookupCore:
 
     # --- Cleanup -------------------------------------------------------------
 
-    def cleanup(self, req_id: str) -> None:
+    def cleanup(self, req_id: Any) -> None:
         """Cleanup action: the request finished; release its interest in every key.
 
         A request id the manager does not know is counted and ignored.
@@ -574,7 +626,7 @@ class LookupCore:
 
     # --- MarkMiss ------------------------------------------------------------
 
-    def mark_miss(self, keys: Iterable[Key]) -> None:
+    def mark_miss(self, keys: Iterable[Any]) -> None:
         """MarkMiss action: force MISS for keys whose load from the tier failed.
 
         Keys without a state are counted and ignored (the next lookup probes
@@ -649,7 +701,7 @@ class LookupCore:
 
     # --- Observation -----------------------------------------------------------
 
-    def phase(self, key: Key) -> Phase:
+    def phase(self, key: Any) -> Phase:
         """The key's phase, or None when no state is held (does not drain)."""
         state = self.states.get(key)
         return None if state is None else state.phase
@@ -737,8 +789,10 @@ def _chain_req_id(req_context: HasReqId) -> str:
     return req_id
 
 
-def _chain_keys(keys: object) -> list[Key]:
+def _chain_keys(keys: object) -> list[Any]:
     """``keys`` as a list, if it is a sequence of keys (the element types are checked later)."""
+    if type(keys) is tuple:
+        return list(keys)
     if isinstance(keys, (bytes, bytearray, memoryview, str)):
         raise InvalidInputError(
             f"lookup_chain() takes a sequence of keys, got a single {type(keys).__name__}; wrap it in a list"
@@ -751,15 +805,22 @@ def _chain_keys(keys: object) -> list[Key]:
         raise InvalidInputError(f"lookup_chain() could not read its keys: {type(exc).__name__}: {exc}") from exc
 
 
-def _check_keys(keys: Sequence[object], start: int) -> None:
+def _check_keys(keys: list[Any], start: int) -> None:
     """Raise InvalidInputError unless every key from index ``start`` on is exactly ``bytes``."""
+    if COMPILED:
+        # A C loop here; set(map(type, ...)) would be generic calls per key.
+        for i in range(start, len(keys)):
+            if type(keys[i]) is not bytes:
+                raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(keys[i]).__name__}")
+        return
+    # The pure-Python build checks in C: one set of the types, no Python loop.
     rest = keys[start:] if start else keys
     if set(map(type, rest)) != _ONLY_BYTES and rest:
         bad = next(key for key in rest if type(key) is not bytes)
         raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(bad).__name__}")
 
 
-_ONLY_BYTES = {bytes}
+_ONLY_BYTES: Final = {bytes}
 
 
-_MISSING = object()
+_MISSING: Final = object()

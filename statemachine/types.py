@@ -25,6 +25,7 @@ __all__ = [
     "HasReqId",
     "InvalidInputError",
     "InvalidValueError",
+    "InvariantViolation",
     "KvprobeError",
     "ManagerClosedError",
     "ProbeGroup",
@@ -90,6 +91,14 @@ class InvalidInputError(KvprobeError, TypeError):
 
 class InvalidValueError(KvprobeError, ValueError):
     """An argument has the right type but a value the contract does not allow."""
+
+
+class InvariantViolation(AssertionError):
+    """An invariant of docs/properties.md does not hold (a bug in kvprobe).
+
+    Defined here rather than in the core so that the core compiles with
+    mypyc, which cannot compile a subclass of a built-in exception.
+    """
 
 
 class ManagerClosedError(KvprobeError, RuntimeError):

@@ -23,6 +23,7 @@ from kvprobe.statemachine import (
     ManualWorker,
     ReqContext,
 )
+from kvprobe.statemachine.core import COMPILED
 
 KEYS = tuple(bytes([0xA0 + i]) * 8 + i.to_bytes(4, "big") for i in range(6))
 REQS = ("r1", "r2", "r3")
@@ -281,14 +282,19 @@ def test_unchecked_manager_hands_out_the_core_walk() -> None:
     # (no manager layer on the hot path), like m.lookup.
     m = AsyncLookupManager(InMemoryBackend(), worker="manual")
     assert m.lookup_chain.__self__ is m.core  # type: ignore[attr-defined]
-    assert m.lookup_chain.__func__ is type(m.core).lookup_chain  # type: ignore[attr-defined]
+    # Equal bound methods: same object, same function (a compiled core's
+    # methods are C functions, so there is no __func__ to compare).
+    assert m.lookup_chain == m.core.lookup_chain
+    assert m.lookup == m.core.lookup
     m.shutdown()
 
 
 @pytest.mark.parametrize("how", ["lookup", "lookup_chain"])
 def test_states_made_inline_equal_probe_states_made_by_the_constructor(how: str) -> None:
-    # lookup and lookup_chain build a ProbeState slot by slot (no __init__ call);
-    # every slot must be set, to what ProbeState(key, owner, generation) sets.
+    # The pure-Python lookup and lookup_chain build a ProbeState slot by slot
+    # (no __init__ call); every slot must be set, to what
+    # ProbeState(key, owner, generation) sets.  A compiled ProbeState is a
+    # native class: its attributes are listed in __mypyc_attrs__ instead.
     from kvprobe.statemachine.records import ProbeState
 
     m = AsyncLookupManager(InMemoryBackend(), worker="manual")
@@ -300,7 +306,9 @@ def test_states_made_inline_equal_probe_states_made_by_the_constructor(how: str)
     made = m.core.states[KEYS[0]]
     owner = m.core.requests["r1"]
     reference = ProbeState(KEYS[0], owner, made.generation)
-    for slot in ProbeState.__slots__:
+    slots = ProbeState.__mypyc_attrs__ if COMPILED else ProbeState.__slots__  # type: ignore[attr-defined]
+    assert set(slots) == {"phase", "generation", "waiters", "verdict", "key", "owner"}
+    for slot in slots:
         assert getattr(made, slot) == getattr(reference, slot), slot
     assert made.owner is owner and type(made) is ProbeState
     m.shutdown()
@@ -323,3 +331,14 @@ def test_a_waiting_request_re_walking_with_a_look_alike_key_is_refused(make: Any
         m.lookup_chain([KEYS[0], make(KEYS[1]), KEYS[2]], ctx)
     assert table(m) == before
     m.shutdown()
+
+
+def test_compiled_flag_tells_which_build_is_loaded() -> None:
+    # COMPILED is what a user (and the compiled CI job) reads to know the
+    # build; it must agree with the file the core was actually loaded from.
+    import kvprobe.statemachine.core as core
+    import kvprobe.statemachine.records as records
+
+    assert core.COMPILED is (not core.__file__.endswith(".py"))
+    # The two modules are compiled together or not at all (setup.py).
+    assert records.__file__.endswith(".py") is core.__file__.endswith(".py")

@@ -1,0 +1,32 @@
+"""Build hook for the optional compiled core; everything else is in pyproject.toml.
+
+``pip install .`` (the default) installs pure Python.  ``KVPROBE_COMPILE=1
+pip install .`` also compiles the scheduler core (``kvprobe.statemachine.core``
+and ``.records``) with mypyc, from the same typed source; the compiled
+modules take precedence over the ``.py`` files installed beside them, and
+``kvprobe.statemachine.core.COMPILED`` tells which build is loaded.  It needs
+a C compiler and the Python headers, and fails loudly without them: asking
+for the compiled build and silently getting the pure one would hide the
+difference the build exists for.
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import Extension, setup
+
+# The modules on the scheduler's hot path.  Paths go through the kvprobe/
+# symlinks so that mypyc names the modules kvprobe.statemachine.*.
+COMPILED_MODULES = ["kvprobe/statemachine/core.py", "kvprobe/statemachine/records.py"]
+
+
+def ext_modules() -> list[Extension]:
+    if os.environ.get("KVPROBE_COMPILE") != "1":
+        return []
+    from mypyc.build import mypycify
+
+    return list(mypycify(COMPILED_MODULES, opt_level="3"))
+
+
+setup(ext_modules=ext_modules())
