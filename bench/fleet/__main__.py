@@ -1,0 +1,161 @@
+"""``python -m bench.fleet [--quick]``: the fleet table, its JSON, and the store-load plot.
+
+For each fleet size E (1, 10, 100, 1,000) the grid runs, on a virtual clock:
+
+* a **new prefix** (1 partition: S3 before any split; splits need 30-60 min
+  of sustained throttling each, far longer than the simulated window): the
+  three scheduler modes (``per-key``, ``chain``, ``window``), each with the
+  object backend's retries and without;
+* a **split prefix** (as many partitions as the per-key load needs at half
+  the limit: where S3 ends up after its splits, or what AWS support can
+  pre-partition): the three modes with retries.
+
+``--quick`` simulates at most 25 engines for 4 virtual seconds (under 5
+minutes here); the full run 100 engines for 20 s.  See ``bench/fleet/sim.py``
+for what is scaled and ``docs/fleet.md`` for the conclusions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.fleet.engine import MODES
+from bench.fleet.params import StoreParams, WorkloadParams
+from bench.fleet.sim import Scenario, run
+
+__all__ = ["grid", "main", "split_partitions"]
+
+ENGINES = (1, 10, 100, 1000)
+PLOT = os.path.join("docs", "img", "fleet_store_load.png")
+JSON = os.path.join("bench", "results", "fleet.json")
+
+
+def split_partitions(engines: int, store: StoreParams, workload: WorkloadParams) -> int:
+    """Partitions (a power of two) that keep a per-key fleet's mean HEAD rate at half a partition's limit."""
+    load = engines * workload.arrivals_per_s * workload.mean_blocks()
+    return int(2 ** max(0, math.ceil(math.log2(max(1.0, load / (0.5 * store.head_limit_per_s))))))
+
+
+def grid(engines: Sequence[int], *, window_s: float, warmup_s: float, max_sim: int, seed: int) -> list[Scenario]:
+    """The scenarios of one report (see the module docstring)."""
+    out = []
+    store, workload = StoreParams(), WorkloadParams()
+    for e in engines:
+        common: dict[str, Any] = {
+            "engines": e,
+            "seed": seed,
+            "window_s": window_s,
+            "warmup_s": warmup_s,
+            "max_sim_engines": max_sim,
+        }
+        for mode in MODES:
+            for retry in (True, False):
+                out.append(Scenario(mode=mode, retry=retry, partitions=1, **common))
+        split = split_partitions(e, store, workload)
+        if split > 1:
+            for mode in MODES:
+                out.append(Scenario(mode=mode, retry=True, partitions=split, **common))
+    return out
+
+
+HEADER = (
+    f"{'E':>5} {'parts':>5} {'mode':>8} {'retry':>5} | {'HEAD/s':>9} {'peak/part':>9} {'thrott':>6} "
+    f"{'HEAD/req':>8} {'$/hour':>8} | {'p50':>4} {'p99':>4} steps | {'lost':>5} {'sim':>4} {'wall':>5}"
+)
+
+
+def row(r: dict[str, Any]) -> str:
+    """One table line."""
+    return (
+        f"{r['engines']:>5} {r['partitions_at_start']:>5} {r['mode']:>8} {('yes' if r['retry'] else 'no'):>5} | "
+        f"{r['heads_per_s']:>9,.0f} {r['peak_per_partition_per_s']:>9,.0f} {r['throttled_fraction']:>6.1%} "
+        f"{r['heads_per_request']:>8,.0f} {r['cost_per_hour_usd']:>8,.2f} | "
+        f"{r['delay_p50_steps']:>4.0f} {r['delay_p99_steps']:>4.0f}       | "
+        f"{r['stored_blocks_lost']:>5.1%} {r['sim_engines']:>4} {r['wall_s']:>5.1f}"
+    )
+
+
+def plot(results: list[dict[str, Any]], path: str) -> None:
+    """Store load and throttling against fleet size (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (load, thr) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for mode, marker in zip(MODES, "osd", strict=True):
+        for parts, style in (("new", "-"), ("split", "--")):
+            pts = [
+                r
+                for r in results
+                if r["mode"] == mode and r["retry"] and ((r["partitions_at_start"] == 1) == (parts == "new"))
+            ]
+            if parts == "split":  # E=1 needs no split: its row is the new prefix's
+                pts = [r for r in results if r["mode"] == mode and r["retry"] and r["engines"] == 1] + pts
+            pts.sort(key=lambda r: r["engines"])
+            if pts:
+                xs = [r["engines"] for r in pts]
+                load.plot(xs, [r["heads_per_s"] for r in pts], style, marker=marker, label=f"{mode}, {parts} prefix")
+                thr.plot(
+                    xs, [100 * r["throttled_fraction"] for r in pts], style, marker=marker, label=f"{mode}, {parts}"
+                )
+    load.axhline(StoreParams().head_limit_per_s, color="grey", lw=1, ls=":")
+    load.text(1, StoreParams().head_limit_per_s * 1.15, "one partition: 5,500 HEAD/s", fontsize=8, color="grey")
+    for ax in (load, thr):
+        ax.set_xscale("log")
+        ax.set_xlabel("engines")
+        ax.grid(True, which="both", alpha=0.3)
+    load.set_yscale("log")
+    load.set_ylabel("HEADs/s at the store (throttled included)")
+    thr.set_ylabel("% of HEADs answered 503 SlowDown")
+    load.legend(fontsize=7)
+    thr.legend(fontsize=7)
+    fig.suptitle("kvprobe fleet on S3: store load vs engines (simulated; bench/fleet)", fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="25 simulated engines, 4 virtual seconds")
+    parser.add_argument("--engines", type=int, nargs="+", default=list(ENGINES))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
+    parser.add_argument("--plot", default=PLOT, help=f"plot file (default {PLOT}); '' for none")
+    args = parser.parse_args(argv)
+    window_s, warmup_s, max_sim = (4.0, 3.0, 25) if args.quick else (20.0, 5.0, 100)
+    started = time.perf_counter()
+    results = []
+    print(HEADER, flush=True)
+    for sc in grid(args.engines, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=args.seed):
+        r = run(sc)
+        results.append(r)
+        print(row(r), flush=True)
+    print(
+        f"\n{len(results)} runs in {time.perf_counter() - started:.0f} s; window {window_s:g} s after "
+        f"{warmup_s:g} s warm-up; 'sim' = engines simulated (store limit scaled by sim/E above that); "
+        "'lost' = stored blocks answered MISS; $/hour at $0.0004 per 1,000 billed HEADs (503s are not billed)"
+    )
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(
+            {"window_s": window_s, "warmup_s": warmup_s, "max_sim_engines": max_sim, "runs": results}, f, indent=1
+        )
+    print(f"results: {args.json}")
+    if args.plot:
+        plot(results, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
