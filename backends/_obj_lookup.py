@@ -10,7 +10,11 @@ default connection limit).  So a group is never one call:
   parallel HEADs on one agent), run on a shared pool of ``agents`` threads,
   each thread querying with its own NIXL agent: ``agents * agent_threads``
   HEADs in flight per backend, whatever the number of concurrent groups;
-* a chunk that fails is **split into single keys**, each retried after a
+  concurrent groups take **turns** on the pool (round robin, not first come
+  first served), so a small group waits for at most one chunk of each
+  larger group ahead of it;
+* a chunk that fails is **split into single keys**, each retried (through
+  ``query_one`` when given: a client that reports why a request failed) after a
   **jittered exponential backoff** (``base * 2**attempt``,
   capped, times a uniform factor in [0.5, 1.5]), so one key's failing HEAD
   never decides another key's verdict: retried alone, each key gets its own
@@ -40,9 +44,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvprobe.backends._fair_pool import FairPool
 
 __all__ = [
     "FAILED_OTHER",
@@ -247,6 +253,11 @@ class ChunkedLookup:
         classify: ``classify(exc, elapsed_s) -> cause`` (one of
             :data:`FAILURE_CAUSES`) for a failed query; by default every
             failure is ``other``.
+        query_one: ``query_one(name) -> answer`` (``None`` for absent,
+            raising on failure) for the retries, which are single names: a
+            client that tells why a request failed (the object backend uses
+            boto3, whose errors carry the HTTP status) makes the causes
+            countable.  None: retries go through ``query`` too.
     """
 
     def __init__(
@@ -258,14 +269,18 @@ class ChunkedLookup:
         retry: RetryPolicy | None,
         seed: int | None = None,
         classify: Callable[[BaseException, float], str] | None = None,
+        query_one: Callable[[str], Any] | None = None,
     ) -> None:
         self._query = query
+        self._query_one = query_one
         self.classify = classify or _unknown_cause
         self.chunk = chunk
         self.retry = retry
         self.counters = LookupCounters()
         self._rng = random.Random(seed)
-        self._pool = ThreadPoolExecutor(max_workers=agents, thread_name_prefix="kvprobe-obj")
+        # Concurrent runs take turns on the pool (not FIFO): a small group
+        # never waits behind every chunk of a large one (see _fair_pool).
+        self._pool = FairPool(agents, "kvprobe-obj")
         self._closed = False
 
     def run(self, names: Sequence[str], deadline_s: float) -> tuple[list[bool], int]:
@@ -282,7 +297,8 @@ class ChunkedLookup:
         while True:
             now = time.monotonic()
             for chunk in plan.due(now):
-                future = self._pool.submit(self._guarded, cancelled, names[chunk.start : chunk.stop])
+                single = chunk.attempt > 0 and chunk.stop - chunk.start == 1
+                future = self._pool.submit(plan, self._guarded, cancelled, names[chunk.start : chunk.stop], single)
                 running[future] = (chunk, now)
             if now >= plan.end or plan.finished or not (running or plan.next_retry_at() is not None):
                 break
@@ -312,9 +328,11 @@ class ChunkedLookup:
         self.counters.add(**counts)
         return verdicts, answered
 
-    def _guarded(self, cancelled: threading.Event, names: Sequence[str]) -> list[Any]:
+    def _guarded(self, cancelled: threading.Event, names: Sequence[str], single: bool) -> list[Any]:
         if cancelled.is_set():
             raise _NotRun
+        if single and self._query_one is not None:
+            return [self._query_one(names[0])]
         answers = self._query(names)
         if len(answers) != len(names):
             raise RuntimeError(f"NIXL OBJ answered {len(answers)} results for {len(names)} objects")
@@ -323,7 +341,7 @@ class ChunkedLookup:
     def close(self) -> None:
         """Cancel queued chunks and let the pool's threads end (a running query finishes first).  Idempotent."""
         self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
 
 def _unknown_cause(exc: BaseException, elapsed_s: float) -> str:

@@ -24,6 +24,7 @@ class FakeStore:
         self.fail_times = Counter(fail_times)  # how many more times a query holding the name fails
         self.delay_s = delay_s
         self.sizes: list[int] = []
+        self.order: list[str] = []  # each query's first name, in the order queries started
         self.lock = threading.Lock()
         self.concurrent = 0
         self.peak = 0
@@ -31,6 +32,7 @@ class FakeStore:
     def query(self, names: Sequence[str]) -> list[Any]:
         with self.lock:
             self.sizes.append(len(names))
+            self.order.append(names[0])
             self.concurrent += 1
             self.peak = max(self.peak, self.concurrent)
             failing = [n for n in names if self.fail_times[n] > 0]
@@ -111,6 +113,50 @@ def test_queries_in_flight_are_bounded_by_the_pool() -> None:
         assert store.peak <= 3
     finally:
         engine.close()
+
+
+def test_a_small_group_does_not_wait_behind_a_large_one() -> None:
+    """Concurrent runs take turns on the pool: a 16-key group after a 2,000-key one is queried at once.
+
+    With a first-come-first-served pool its one chunk waited for the large
+    group's 125 chunks (about 125 * 0.01 s / 2 agents here).
+    """
+    big = [f"big{i}" for i in range(2000)]
+    small = [f"small{i}" for i in range(16)]
+    store = FakeStore(set(small), {}, delay_s=0.01)
+    engine = _engine(store, agents=2)
+    try:
+        done: list[str] = []
+        runner = threading.Thread(target=lambda: done.append(str(engine.run(big, 30)[1])))
+        runner.start()
+        while len(store.sizes) < 2:  # the large group is running, its chunks all queued
+            time.sleep(0.001)
+        queued_before = len(store.order)
+        verdicts, answered = engine.run(small, 30)
+        assert answered == 16 and all(verdicts)
+        position = store.order.index("small0") - queued_before
+        # One turn: at most one chunk of the large group per agent goes first.
+        assert position <= 2, (position, store.order[queued_before : queued_before + 6])
+        assert not done, "the large group finished before the small one was served"
+        runner.join()
+        assert done == ["2000"]
+    finally:
+        engine.close()
+
+
+def test_round_robin_serves_owners_in_turn_and_each_owner_in_order() -> None:
+    from kvprobe.backends._fair_pool import RoundRobin
+
+    queue: RoundRobin[str, int] = RoundRobin()
+    for i in range(4):
+        queue.put("a", i)
+    queue.put("b", 10)
+    queue.put("b", 11)
+    queue.put("c", 20)
+    taken = [queue.take() for _ in range(len(queue))]
+    assert taken == [("a", 0), ("b", 10), ("c", 20), ("a", 1), ("b", 11), ("a", 2), ("a", 3)]
+    with pytest.raises(IndexError):
+        queue.take()
 
 
 def test_closed_engine_refuses() -> None:
