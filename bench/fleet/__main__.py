@@ -11,7 +11,7 @@ For each fleet size E (1, 10, 100, 1,000) the grid runs, on a virtual clock:
   pre-partition): the three modes with retries.
 
 ``--quick`` simulates at most 25 engines for 4 virtual seconds (under 5
-minutes here); the full run 100 engines for 20 s.  See ``bench/fleet/sim.py``
+minutes here); the full run 50 engines for 12 s (about 5 minutes).  See ``bench/fleet/sim.py``
 for what is scaled and ``docs/fleet.md`` for the conclusions.
 """
 
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
     parser.add_argument("--plot", default=PLOT, help=f"plot file (default {PLOT}); '' for none")
     args = parser.parse_args(argv)
-    window_s, warmup_s, max_sim = (4.0, 3.0, 25) if args.quick else (20.0, 5.0, 100)
+    window_s, warmup_s, max_sim = (4.0, 3.0, 25) if args.quick else (12.0, 4.0, 50)
     started = time.perf_counter()
     results = []
     print(HEADER, flush=True)

@@ -31,8 +31,9 @@ backend does, with its own policy object: :class:`RetryPlan` from
 ``kvprobe.backends._obj_lookup`` cuts the keys into chunks of
 ``agent_threads``, and says when a failed chunk's keys are retried and what
 is MISS at the deadline.  A pool of ``num_threads / agent_threads`` agents
-serves chunks first come first served across groups (as the backend's thread
-pool does); a chunk's HEADs go out together and the query ends when the
+serves the groups' chunks in turn (the backend's ``FairPool`` discipline,
+:class:`RoundRobin`; ``fair=False``: first come first served, as the
+backend's pool was before); a chunk's HEADs go out together and the query ends when the
 slowest returns, failing as a whole if any HEAD was throttled (NIXL's
 semantics).
 """
@@ -42,13 +43,13 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.fleet.params import BackendParams, WorkloadParams
 from bench.fleet.store import S3Model, key_position
 from bench.fleet.workload import Prompt, Tier, Workload
+from kvprobe.backends._fair_pool import RoundRobin
 from kvprobe.backends._obj_lookup import Chunk, RetryPlan
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.records import ProbeState
@@ -114,14 +115,23 @@ class SimObjBackend:
     """kvprobe's object backend on the virtual clock: chunks, a pool of agents, RetryPlan's retries."""
 
     def __init__(
-        self, fleet: Fleet, params: BackendParams, rng: random.Random, publish: Callable[[GroupOutcome], None]
+        self,
+        fleet: Fleet,
+        params: BackendParams,
+        rng: random.Random,
+        publish: Callable[[GroupOutcome], None],
+        *,
+        fair: bool = True,
     ) -> None:
         self.fleet = fleet
         self.p = params
         self.rng = rng
         self.publish = publish
         self.free = max(1, math.ceil(params.num_threads / params.agent_threads))
-        self.queue: deque[tuple[_Call, Chunk]] = deque()
+        # The backend's pool serves concurrent calls in turn (FairPool's
+        # RoundRobin); fair=False is the first-come-first-served pool it had.
+        self.queue: RoundRobin[_Call | None, tuple[_Call, Chunk]] = RoundRobin()
+        self.fair = fair
 
     def call(self, group: ProbeGroup, now: float) -> None:
         """Start ``batch_lookup`` for one group at ``now``."""
@@ -136,7 +146,7 @@ class SimObjBackend:
 
     def _enqueue(self, call: _Call, now: float) -> None:
         for chunk in call.plan.due(now):
-            self.queue.append((call, chunk))
+            self.queue.put(call if self.fair else None, (call, chunk))
             call.queued += 1
         self._dispatch(now)
         wake = call.plan.next_retry_at()
@@ -152,7 +162,7 @@ class SimObjBackend:
     def _dispatch(self, now: float) -> None:
         head = self.fleet.store.head
         while self.free and self.queue:
-            call, chunk = self.queue.popleft()
+            _, (call, chunk) = self.queue.take()
             call.queued -= 1
             if call.done:
                 continue  # cancelled at the deadline: never sent
@@ -212,6 +222,7 @@ class Engine:
         *,
         window0: int = 32,
         lazy: bool = True,
+        fair: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -224,7 +235,7 @@ class Engine:
         self.window0 = window0
         self.lazy = lazy
         self.core = LookupCore()
-        self.backend = SimObjBackend(fleet, backend, rng, self._published)
+        self.backend = SimObjBackend(fleet, backend, rng, self._published, fair=fair)
         self.phase = rng.uniform(0.0, wparams.step_s)  # engines do not step in lockstep
         self.waiting: dict[str, Request] = {}
         self.finishing: list[tuple[float, int, str]] = []

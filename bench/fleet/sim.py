@@ -49,6 +49,8 @@ class Scenario:
     max_sim_engines: int = 100
     window0: int = 32
     lazy: bool = True
+    #: The backend's pool serves concurrent groups in turn (False: FIFO).
+    fair: bool = True
     #: Run on after the tracked requests are answered until nothing is left
     #: (every request cleaned up, every call finished): for the conservation tests.
     drain: bool = False
@@ -91,7 +93,9 @@ def run(sc: Scenario) -> dict[str, Any]:
     for i in range(sim_engines):
         erng = random.Random(rng.random())
         workload = Workload(sc.workload, shared, tier, random.Random(erng.random()))
-        engine = Engine(i, fleet, sc.mode, workload, sc.workload, backend, erng, window0=sc.window0, lazy=sc.lazy)
+        engine = Engine(
+            i, fleet, sc.mode, workload, sc.workload, backend, erng, window0=sc.window0, lazy=sc.lazy, fair=sc.fair
+        )
         engines.append(engine)
         engine.start()
 
@@ -136,6 +140,7 @@ def _figures(
         "engines": sc.engines,
         "mode": sc.mode,
         "retry": sc.retry,
+        "fair": sc.fair,
         "partitions_at_start": sc.partitions,
         "partitions_at_end": len(store.parts),
         "seed": sc.seed,

@@ -77,6 +77,13 @@ def test_store_throttles_only_above_the_partition_limit() -> None:
             assert store.measured_throttled == 0, rate
 
 
+def test_an_idle_partition_absorbs_a_burst_of_its_bucket_depth_and_no_more() -> None:
+    # 0.1 s of a 1,000/s limit: after any idle time, 100 HEADs at one instant pass, the rest are 503.
+    store = S3Model(StoreParams(head_limit_per_s=1000.0, burst_s=0.1), random.Random(2), 0.0, 100.0)
+    answers = [store.head(0.5, 30.0)[0] for _ in range(300)]
+    assert answers.count(False) == 100 and answers[:100] == [False] * 100
+
+
 def test_fleet_throttles_only_above_the_partition_limit() -> None:
     below = _run(store=_limit(200_000))
     above = _run(store=_limit(1_000))
@@ -132,15 +139,27 @@ def test_lookup_chain_issues_no_more_heads_than_per_key_lookups() -> None:
 
 def test_retries_turn_throttled_heads_into_hits_when_the_deadline_allows() -> None:
     # Mild overload: some HEADs are throttled, backoff finds room before the 5 s deadline.
-    with_retry = _run(retry=True, store=_limit(1500))
-    without = _run(retry=False, store=_limit(1500))
+    with_retry = _run(retry=True, store=_limit(2000))
+    without = _run(retry=False, store=_limit(2000))
     assert with_retry["backend"]["failed_throttled"] > 0 and with_retry["backend"]["retried_keys"] > 0
     assert without["backend"].get("retried_keys", 0) == 0
     assert without["stored_blocks_lost"] > 0.05
     assert with_retry["stored_blocks_lost"] <= 0.01 < without["stored_blocks_lost"]
     # With no time left for a retry the same overload loses blocks even with retries.
-    short = _run(retry=True, store=_limit(1500), backend=BackendParams(deadline_s=0.05))
+    short = _run(retry=True, store=_limit(2000), backend=BackendParams(deadline_s=0.05))
     assert short["stored_blocks_lost"] > with_retry["stored_blocks_lost"]
+
+
+def test_a_fair_pool_answers_short_prompts_sooner_than_a_fifo_one() -> None:
+    # Long prompts, no throttling: with the pool first come first served a
+    # short prompt waits behind every chunk of the long ones before it.
+    workload = WorkloadParams(arrivals_per_s=1.0, serve_s=2.0)
+    fair = _run(engines=4, window_s=6.0, workload=workload, store=_limit(1e9), fair=True)
+    fifo = _run(engines=4, window_s=6.0, workload=workload, store=_limit(1e9), fair=False)
+    assert fair["requests"] == fifo["requests"] > 20
+    # About the same HEADs in another order (answer times move cleanups, so probes are reused a little differently).
+    assert abs(fair["heads_sent"] - fifo["heads_sent"]) <= 0.02 * fifo["heads_sent"]
+    assert fair["delay_p50_steps"] < 0.5 * fifo["delay_p50_steps"], (fair["delay_p50_steps"], fifo["delay_p50_steps"])
 
 
 def test_deterministic_under_a_seed() -> None:
