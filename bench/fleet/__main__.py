@@ -8,7 +8,9 @@ For each fleet size E (1, 10, 100, 1,000) the grid runs, on a virtual clock:
   object backend's retries and without;
 * a **split prefix** (as many partitions as the per-key load needs at half
   the limit: where S3 ends up after its splits, or what AWS support can
-  pre-partition): the three modes with retries.
+  pre-partition; none for a fleet one partition serves): the three modes with retries, and
+  ``per-key`` with the backend's former first-come-first-served pool
+  (``fifo``) instead of its pool that serves groups in turn (``fair``).
 
 ``--quick`` simulates at most 25 engines for 4 virtual seconds (under 5
 minutes here); the full run 50 engines for 12 s (about 5 minutes).  See ``bench/fleet/sim.py``
@@ -59,22 +61,27 @@ def grid(engines: Sequence[int], *, window_s: float, warmup_s: float, max_sim: i
             for retry in (True, False):
                 out.append(Scenario(mode=mode, retry=retry, partitions=1, **common))
         split = split_partitions(e, store, workload)
-        if split > 1:
-            for mode in MODES:
-                out.append(Scenario(mode=mode, retry=True, partitions=split, **common))
+        if split == 1:
+            continue  # a new prefix already serves this fleet
+        for mode in MODES:
+            out.append(Scenario(mode=mode, retry=True, partitions=split, store_label="split", **common))
+        # The pool the backend had before it served groups in turn.
+        out.append(Scenario(mode="per-key", retry=True, partitions=split, store_label="split", fair=False, **common))
     return out
 
 
 HEADER = (
-    f"{'E':>5} {'parts':>5} {'mode':>8} {'retry':>5} | {'HEAD/s':>9} {'peak/part':>9} {'thrott':>6} "
-    f"{'HEAD/req':>8} {'$/hour':>8} | {'p50':>4} {'p99':>4} steps | {'lost':>5} {'sim':>4} {'wall':>5}"
+    f"{'E':>5} {'store':>5} {'parts':>5} {'mode':>8} {'retry':>5} {'pool':>4} | "
+    f"{'HEAD/s':>9} {'peak/part':>9} {'thrott':>6} {'HEAD/req':>8} {'$/hour':>8} | "
+    f"{'p50':>4} {'p99':>4} steps | {'lost':>5} {'sim':>4} {'wall':>5}"
 )
 
 
 def row(r: dict[str, Any]) -> str:
     """One table line."""
     return (
-        f"{r['engines']:>5} {r['partitions_at_start']:>5} {r['mode']:>8} {('yes' if r['retry'] else 'no'):>5} | "
+        f"{r['engines']:>5} {r['store']:>5} {r['partitions_at_start']:>5} {r['mode']:>8} "
+        f"{('yes' if r['retry'] else 'no'):>5} {('fair' if r['fair'] else 'fifo'):>4} | "
         f"{r['heads_per_s']:>9,.0f} {r['peak_per_partition_per_s']:>9,.0f} {r['throttled_fraction']:>6.1%} "
         f"{r['heads_per_request']:>8,.0f} {r['cost_per_hour_usd']:>8,.2f} | "
         f"{r['delay_p50_steps']:>4.0f} {r['delay_p99_steps']:>4.0f}       | "
@@ -92,13 +99,7 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     fig, (load, thr) = plt.subplots(1, 2, figsize=(11, 4.2))
     for mode, marker in zip(MODES, "osd", strict=True):
         for parts, style in (("new", "-"), ("split", "--")):
-            pts = [
-                r
-                for r in results
-                if r["mode"] == mode and r["retry"] and ((r["partitions_at_start"] == 1) == (parts == "new"))
-            ]
-            if parts == "split":  # E=1 needs no split: its row is the new prefix's
-                pts = [r for r in results if r["mode"] == mode and r["retry"] and r["engines"] == 1] + pts
+            pts = [r for r in results if r["mode"] == mode and r["retry"] and r["fair"] and r["store"] == parts]
             pts.sort(key=lambda r: r["engines"])
             if pts:
                 xs = [r["engines"] for r in pts]

@@ -41,6 +41,8 @@ class Scenario:
 
     engines: int
     mode: str = "per-key"
+    #: How the report names the store's start (``new`` prefix, ``split`` prefix).
+    store_label: str = "new"
     retry: bool = True
     partitions: int = 1
     seed: int = 1
@@ -141,6 +143,7 @@ def _figures(
         "mode": sc.mode,
         "retry": sc.retry,
         "fair": sc.fair,
+        "store": sc.store_label,
         "partitions_at_start": sc.partitions,
         "partitions_at_end": len(store.parts),
         "seed": sc.seed,
