@@ -1,6 +1,6 @@
 """The fleet simulator's parameters, each with where its value comes from.
 
-Three kinds of source, said at each field: **AWS** (a published AWS page),
+Four kinds of source, said at each field: **AWS** (a published AWS page),
 **kvprobe** (the object backend's own defaults, read from its code, never
 copied), **vLLM** (the serving engine kvprobe is built for), and
 **assumption** (a value chosen here, with the reason; change it on the
