@@ -165,3 +165,68 @@ def test_closed_engine_refuses() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         engine.run(["a"], 1)
     engine.close()
+
+
+def test_retry_plan_on_a_virtual_clock() -> None:
+    """RetryPlan alone: first chunks once, a failed chunk's keys retried one by one after their backoff."""
+    import random
+
+    from kvprobe.backends._obj_lookup import Chunk, RetryPlan
+
+    plan = RetryPlan(40, 16, RetryPolicy(0.1, 1.0), random.Random(1), now=100.0, deadline_s=5.0)
+    first = plan.due(100.0)
+    assert first == [Chunk(0, 16, 0), Chunk(16, 32, 0), Chunk(32, 40, 0)] and plan.due(100.0) == []
+    plan.answered(first[0], [{}] * 16)
+    plan.answered(first[2], [None] * 8)
+    plan.failed(first[1], 100.05, "throttled")
+    ready = plan.next_retry_at()
+    assert ready is not None and 100.05 + 0.05 <= ready <= 100.05 + 0.15  # base * U(0.5, 1.5)
+    assert plan.due(ready - 1e-9) == []
+    retries = []
+    while len(retries) < 16:
+        at = plan.next_retry_at()
+        assert at is not None
+        retries += plan.due(at)
+    assert sorted(c.start for c in retries) == list(range(16, 32)) and all(c.attempt == 1 for c in retries)
+    for c in retries[:-1]:
+        plan.answered(c, [{}])
+    assert not plan.finished
+    plan.failed(retries[-1], 101.0, "reset")
+    verdicts, answered, counts = plan.settle(in_flight=[])
+    failing = retries[-1].start
+    assert answered == 39
+    assert verdicts == [i < 32 and i != failing for i in range(40)]
+    assert counts["failed_throttled"] == 1 and counts["failed_reset"] == 1 and counts["miss_failing"] == 1
+    assert counts["retried_keys"] == 17 and counts["queries"] == 3 + 16 + 0
+
+
+def test_no_retry_plan_leaves_a_failed_chunk_missing() -> None:
+    import random
+
+    from kvprobe.backends._obj_lookup import RetryPlan
+
+    plan = RetryPlan(4, 16, None, random.Random(1), now=0.0, deadline_s=1.0)
+    (chunk,) = plan.due(0.0)
+    plan.failed(chunk, 0.01)
+    assert plan.next_retry_at() is None and plan.due(10.0) == []
+    verdicts, answered, counts = plan.settle([])
+    assert verdicts == [False] * 4 and answered == 0 and counts["miss_failing"] == 4 and counts["failed_other"] == 1
+
+
+def test_failures_are_classified_from_boto3_errors_and_nixl_timing() -> None:
+    pytest.importorskip("botocore")
+    from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+
+    from kvprobe.backends.nixl_obj import classify_failure
+
+    def client_error(status: int, code: str) -> ClientError:
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "HeadObject")
+
+    assert classify_failure(client_error(503, "503"), 0.01) == "throttled"
+    assert classify_failure(client_error(503, "SlowDown"), 0.01) == "throttled"
+    assert classify_failure(client_error(500, "500"), 0.01) == "server_error"
+    assert classify_failure(client_error(403, "403"), 0.01) == "other"
+    assert classify_failure(ConnectionClosedError(endpoint_url="http://x"), 0.01) == "reset"
+    assert classify_failure(ReadTimeoutError(endpoint_url="http://x"), 2.0) == "timed_out"
+    nixl = RuntimeError("NIXL_ERR_BACKEND")
+    assert classify_failure(nixl, 0.05) == "other" and classify_failure(nixl, 3.01) == "timed_out"
