@@ -19,9 +19,11 @@ from kvprobe.backends.nixl_obj import NixlObjBackend
 __all__ = ["HEAD_PRICE_PER_1000", "BackendParams", "StoreParams", "WorkloadParams", "backend_default"]
 
 #: AWS: S3 Standard, "GET, SELECT, and all other requests" (HEAD included),
-#: US East (N. Virginia): $0.0004 per 1,000 requests (https://aws.amazon.com/s3/pricing/;
-#: the same figure in c3x.dev/blog/s3-request-fees-explained and
-#: awsi.click's "S3 request pricing" article).  Only 2xx and 4xx answers are
+#: US East (N. Virginia): $0.0004 per 1,000 requests.  The price table of
+#: https://aws.amazon.com/s3/pricing/ is filled in by script, so its stored
+#: text does not show the figure; it was checked in two third-party
+#: summaries (c3x.dev/blog/s3-request-fees-explained, awsi.click's "Why S3
+#: request pricing differs between GET and PUT").  Only 2xx and 4xx answers are
 #: billed, never a ``503 SlowDown``
 #: (https://docs.aws.amazon.com/AmazonS3/latest/userguide/ErrorCodeBilling.html),
 #: so a 404 (a block not stored) costs as much as a hit.
