@@ -147,6 +147,7 @@ def _figures(
         "partitions_at_start": sc.partitions,
         "partitions_at_end": len(store.parts),
         "seed": sc.seed,
+        "window_s": sc.window_s,
         "sim_engines": sim_engines,
         "store_scale": scale,
         "requests": len(answered),
