@@ -13,8 +13,9 @@ default connection limit).  So a group is never one call:
   concurrent groups take **turns** on the pool (round robin, not first come
   first served), so a small group waits for at most one chunk of each
   larger group ahead of it;
-* a chunk that fails is **split into single keys**, each retried (through
-  ``query_one`` when given: a client that reports why a request failed) after a
+* a chunk that fails is **split into single keys**, each retried (from its
+  second retry on through ``query_one`` when given: a client that reports
+  why a request failed, slower than NIXL) after a
   **jittered exponential backoff** (``base * 2**attempt``,
   capped, times a uniform factor in [0.5, 1.5]), so one key's failing HEAD
   never decides another key's verdict: retried alone, each key gets its own
@@ -254,10 +255,15 @@ class ChunkedLookup:
             :data:`FAILURE_CAUSES`) for a failed query; by default every
             failure is ``other``.
         query_one: ``query_one(name) -> answer`` (``None`` for absent,
-            raising on failure) for the retries, which are single names: a
-            client that tells why a request failed (the object backend uses
-            boto3, whose errors carry the HTTP status) makes the causes
-            countable.  None: retries go through ``query`` too.
+            raising on failure) for the retries of a single name from
+            attempt ``query_one_from`` on: a client that tells why a request
+            failed (the object backend uses boto3, whose errors carry the
+            HTTP status) makes the causes of persistent failures countable.
+            None: every query goes through ``query``.
+        query_one_from: the first attempt sent through ``query_one`` (the
+            first retry stays on ``query``, the fast path: under light
+            throttling most keys succeed there, and boto3 costs Python CPU
+            per request).
     """
 
     def __init__(
@@ -270,9 +276,11 @@ class ChunkedLookup:
         seed: int | None = None,
         classify: Callable[[BaseException, float], str] | None = None,
         query_one: Callable[[str], Any] | None = None,
+        query_one_from: int = 2,
     ) -> None:
         self._query = query
         self._query_one = query_one
+        self._query_one_from = query_one_from
         self.classify = classify or _unknown_cause
         self.chunk = chunk
         self.retry = retry
@@ -297,7 +305,7 @@ class ChunkedLookup:
         while True:
             now = time.monotonic()
             for chunk in plan.due(now):
-                single = chunk.attempt > 0 and chunk.stop - chunk.start == 1
+                single = chunk.attempt >= self._query_one_from and chunk.stop - chunk.start == 1
                 future = self._pool.submit(plan, self._guarded, cancelled, names[chunk.start : chunk.stop], single)
                 running[future] = (chunk, now)
             if now >= plan.end or plan.finished or not (running or plan.next_retry_at() is not None):

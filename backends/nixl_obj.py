@@ -188,10 +188,11 @@ class NixlObjBackend:
             back-off: tens of seconds per key during an outage).
         connect_timeout_s: timeouts of the boto3 connection check, writers
             and retries.
-        retry_with_boto3: send the retries (single keys) through boto3
-            rather than NIXL, so that :attr:`stats` counts each failure by
-            cause (NIXL raises the same ``NIXL_ERR_BACKEND`` for a 503, a
-            500 and a reset); ignored without boto3.
+        retry_with_boto3: send a key's second and later retries through
+            boto3 rather than NIXL, so that :attr:`stats` counts their
+            failures by cause (NIXL raises the same ``NIXL_ERR_BACKEND`` for
+            a 503, a 500 and a reset); the first retry stays on NIXL, the
+            faster path.  Ignored without boto3.
         seed: seeds the retry jitter (None: from the OS).
         extra_params: more OBJ ``create_backend`` parameters (strings), e.g.
             ``use_virtual_addressing`` or ``ca_bundle``; they override ours.
@@ -338,7 +339,10 @@ class NixlObjBackend:
     def stats(self) -> dict[str, int]:
         """Counters of the lookups so far (see :class:`kvprobe.backends._obj_lookup.LookupCounters`).
 
-        ``calls``, ``keys``, ``queries`` (NIXL queries), ``failed_queries``,
+        ``calls``, ``keys``, ``queries`` (lookup requests: NIXL queries and
+        boto3 retries), ``failed_queries`` and its split by cause
+        (``failed_throttled``, ``failed_server_error``, ``failed_reset``,
+        ``failed_timed_out``, ``failed_other``: see ``retry_with_boto3``),
         ``retried_keys``, and the keys answered MISS for want of an answer at
         the deadline, by cause: ``miss_failing`` (their HEADs kept failing:
         throttled or erroring), ``miss_in_flight`` (still running: slow or

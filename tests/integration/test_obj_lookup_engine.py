@@ -230,3 +230,30 @@ def test_failures_are_classified_from_boto3_errors_and_nixl_timing() -> None:
     assert classify_failure(ReadTimeoutError(endpoint_url="http://x"), 2.0) == "timed_out"
     nixl = RuntimeError("NIXL_ERR_BACKEND")
     assert classify_failure(nixl, 0.05) == "other" and classify_failure(nixl, 3.01) == "timed_out"
+
+
+def test_later_retries_go_through_query_one_and_their_failures_are_classified() -> None:
+    names = [f"k{i}" for i in range(32)]
+    store = FakeStore(set(names), {"k5": 2})  # k5's chunk and k5's first retry fail
+    single: list[str] = []
+    fails = {"k5": 1}  # then query_one fails once for k5, and answers
+
+    def query_one(name: str) -> Any:
+        single.append(name)
+        if fails.get(name, 0) > 0:
+            fails[name] -= 1
+            raise ConnectionResetError("reset by peer")
+        return {} if name in store.stored else None
+
+    def classify(exc: BaseException, elapsed_s: float) -> str:
+        return "reset" if isinstance(exc, ConnectionResetError) else "other"
+
+    engine = _engine(store, query_one=query_one, classify=classify)
+    try:
+        verdicts, answered = engine.run(names, deadline_s=5)
+        assert answered == 32 and all(verdicts)
+        assert single == ["k5", "k5"]  # attempts 2 and 3; the first retry stayed on query
+        c = engine.counters.snapshot()
+        assert c["failed_other"] == 2 and c["failed_reset"] == 1 and c["failed_queries"] == 3, c
+    finally:
+        engine.close()

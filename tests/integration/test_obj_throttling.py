@@ -121,12 +121,13 @@ def test_failures_are_counted_by_cause(
         with pytest.raises(ObjStoreUnavailableError):
             backend.batch_lookup(keys, None)  # nothing answered: the store is refusing everything
         counters = backend.stats
-        # The first round is NIXL's, one query per 16 keys, its cause unknown;
-        # every retry is boto3's, and each failed retry is counted by its cause.
-        first_round = -(-len(keys) // backend.agent_threads)
+        # A key's first query and first retry are NIXL's (cause unknown:
+        # other); its later retries are boto3's, each failure counted by cause.
+        chunks = -(-len(keys) // backend.agent_threads)
         assert counters["retried_keys"] >= len(keys), counters
-        assert counters["failed_other"] == first_round, counters
-        assert counters[f"failed_{cause}"] == counters["failed_queries"] - first_round > 0, counters
+        assert counters[f"failed_{cause}"] > 0, counters
+        assert counters["failed_other"] >= chunks, counters
+        assert counters["failed_other"] + counters[f"failed_{cause}"] == counters["failed_queries"], counters
         for other in _CAUSES:
             if other != cause:
                 assert counters[f"failed_{other}"] == 0, (other, counters)
@@ -136,15 +137,16 @@ def test_failures_are_counted_by_cause(
 
 def test_timeouts_are_counted_by_cause(s3_server: Any, bucket: str, proxy: Any) -> None:
     keys = _keys(4)
-    # 4 s added per request: NIXL's query times out after 3 s, the boto3 retries after 0.5 s.
-    backend = _through(proxy, s3_server, bucket, deadline_s=5.0, connect_timeout_s=0.5)
+    # 4 s added per request: NIXL's queries (the chunk, then each key's first
+    # retry) time out after the SDK's 3 s, the boto3 retries after 0.5 s.
+    backend = _through(proxy, s3_server, bucket, deadline_s=8.0, connect_timeout_s=0.5)
     try:
         proxy.configure(delay_s=4.0)
         with pytest.raises(ObjStoreUnavailableError):
             backend.batch_lookup(keys, None)
         counters = backend.stats
-        assert counters["failed_timed_out"] >= len(keys) + 1, counters
-        assert counters["failed_throttled"] == counters["failed_server_error"] == counters["failed_reset"] == 0
+        assert counters["failed_timed_out"] >= 1 + len(keys) + 1, counters
+        assert counters["failed_timed_out"] == counters["failed_queries"], counters  # every failure was a timeout
     finally:
         proxy.configure(delay_s=0.0)
         backend.close()
