@@ -181,3 +181,12 @@ def test_lazy_asking_is_exact(mode: str) -> None:
     lazy = _run(mode=mode, store=_limit(1000), lazy=True)
     eager = _run(mode=mode, store=_limit(1000), lazy=False)
     assert {k: lazy[k] for k in keep} == {k: eager[k] for k in keep}
+
+
+def test_window_sends_fewer_heads_than_per_key_and_finds_the_same_hits() -> None:
+    # Growing windows stop at a prompt's first unstored block instead of probing all of it.
+    per_key = _run(mode="per-key", store=_limit(1e9))
+    window = _run(mode="window", store=_limit(1e9))
+    assert window["requests"] == per_key["requests"]
+    assert window["stored_blocks_lost"] == per_key["stored_blocks_lost"] == 0.0
+    assert window["heads_sent"] < 0.9 * per_key["heads_sent"], (window["heads_sent"], per_key["heads_sent"])
