@@ -168,6 +168,8 @@ def _figures(
         "heads_sent": fleet.heads_sent,
         "store_arrivals": store.arrivals,
         "splits": len(store.splits),
+        "split_times_s": store.splits,
+        "throttled_by_second": {sec: t / n for sec, (n, t) in sorted(store.series.items()) if n},
         "states_left": sum(len(e.core.states) for e in engines),
         "requests_waiting": sum(len(e.waiting) for e in engines),
         "engine_steps": sum(e.steps for e in engines),

@@ -72,6 +72,8 @@ class S3Model:
         self.measured_throttled = 0
         self.peak_per_partition = 0  # most arrivals at one partition in one whole second of the window
         self.splits: list[float] = []  # when each split happened
+        #: Per whole second of virtual time: [HEADs received, of which throttled].
+        self.series: dict[int, list[int]] = {}
 
     def head(self, position: float, now: float) -> tuple[bool, float]:
         """One HEAD arriving at ``now`` for the key at ``position``: (throttled, round trip in seconds)."""
@@ -89,6 +91,11 @@ class S3Model:
             part.tokens -= 1.0
         self.arrivals += 1
         self.throttled_total += throttled
+        tally = self.series.get(int(now))
+        if tally is None:
+            tally = self.series[int(now)] = [0, 0]
+        tally[0] += 1
+        tally[1] += throttled
         if self.measure_from <= now < self.measure_to:
             self.measured += 1
             self.measured_throttled += throttled

@@ -190,3 +190,15 @@ def test_window_sends_fewer_heads_than_per_key_and_finds_the_same_hits() -> None
     assert window["requests"] == per_key["requests"]
     assert window["stored_blocks_lost"] == per_key["stored_blocks_lost"] == 0.0
     assert window["heads_sent"] < 0.9 * per_key["heads_sent"], (window["heads_sent"], per_key["heads_sent"])
+
+
+def test_a_new_prefix_under_overload_splits_until_throttling_stops() -> None:
+    from bench.fleet.__main__ import split_dynamics
+
+    d = split_dynamics(100, max_sim=10, seed=1, window_s=20.0)
+    by_second = d["throttled_by_second"]
+    assert by_second[1] > 0.3, by_second  # a new prefix under 100 engines: throttled at once
+    assert d["partitions_at_end"] >= 4 and d["splits"] == d["partitions_at_end"] - 1
+    # Throttling stopped (under 2 % a second) and stayed stopped for the run's last seconds.
+    assert max(by_second) - d["settled_s"] >= 3, by_second
+    assert all(f < 0.02 for s, f in by_second.items() if s >= d["settled_s"])
