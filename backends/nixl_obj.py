@@ -64,7 +64,7 @@ from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
 from kvprobe.backends.base import Key
 from kvprobe.backends.layout import relative_name
 
-__all__ = ["BucketNotFoundError", "NixlObjBackend", "ObjStoreUnavailableError"]
+__all__ = ["BucketNotFoundError", "NixlObjBackend", "ObjStoreUnavailableError", "classify_failure"]
 
 _ENV_LOCK = threading.Lock()
 _PROBE_NAME = "kvprobe-connection-check/none"
@@ -96,6 +96,57 @@ def _bounded_sdk_retries(max_attempts: int | None) -> Iterator[None]:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+
+
+#: A NIXL query failing after this long had a HEAD time out: the AWS SDK
+#: inside NIXL gives up on a request that transferred nothing for 3 s
+#: (measured here: a frozen server fails a query after 3.0 s, curl code 28).
+_NIXL_TIMEOUT_S = 2.7
+
+
+def classify_failure(exc: BaseException, elapsed_s: float) -> str:
+    """Why a lookup query failed: ``throttled``, ``server_error``, ``reset``, ``timed_out`` or ``other``.
+
+    boto3's errors say it exactly (the HTTP status of a ``ClientError``, the
+    exception type of a transport error).  A NIXL query raises the same
+    ``NIXL_ERR_BACKEND`` for a 503, a 500 and a reset, so it is ``other``,
+    unless it took as long as the SDK's request timeout: ``timed_out``.
+    """
+    try:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            ReadTimeoutError,
+        )
+    except ImportError:
+        pass
+    else:
+        if isinstance(exc, ClientError):
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if status == 503 or code == "SlowDown":
+                return "throttled"
+            if isinstance(status, int) and status >= 500:
+                return "server_error"
+            return "other"
+        if isinstance(exc, (ConnectionClosedError, ConnectionResetError)):
+            return "reset"
+        if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
+            return "timed_out"
+    if isinstance(exc, ConnectionResetError):
+        return "reset"
+    if isinstance(exc, TimeoutError) or elapsed_s >= _NIXL_TIMEOUT_S:
+        return "timed_out"
+    return "other"
+
+
+def _has_boto3() -> bool:
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _normalize_prefix(prefix: str) -> str:
@@ -135,7 +186,13 @@ class NixlObjBackend:
             not retry; this backend retries within ``deadline_s``).  None
             leaves the environment alone (the SDK then retries ~10 times with
             back-off: tens of seconds per key during an outage).
-        connect_timeout_s: timeouts of the boto3 connection check and writers.
+        connect_timeout_s: timeouts of the boto3 connection check, writers
+            and retries.
+        retry_with_boto3: send a key's second and later retries through
+            boto3 rather than NIXL, so that :attr:`stats` counts their
+            failures by cause (NIXL raises the same ``NIXL_ERR_BACKEND`` for
+            a 503, a 500 and a reset); the first retry stays on NIXL, the
+            faster path.  Ignored without boto3.
         seed: seeds the retry jitter (None: from the OS).
         extra_params: more OBJ ``create_backend`` parameters (strings), e.g.
             ``use_virtual_addressing`` or ``ca_bundle``; they override ours.
@@ -168,6 +225,7 @@ class NixlObjBackend:
         session_token: str | None = None,
         max_attempts: int | None = 1,
         connect_timeout_s: float = 2.0,
+        retry_with_boto3: bool = True,
         seed: int | None = None,
         extra_params: Mapping[str, str] | None = None,
         check: bool = True,
@@ -227,6 +285,8 @@ class NixlObjBackend:
             chunk=self.agent_threads,
             retry=RetryPolicy(float(retry_base_s), float(retry_cap_s)),
             seed=seed,
+            classify=classify_failure,
+            query_one=self._head_one if retry_with_boto3 and _has_boto3() else None,
         )
         if check:
             try:
@@ -279,13 +339,28 @@ class NixlObjBackend:
     def stats(self) -> dict[str, int]:
         """Counters of the lookups so far (see :class:`kvprobe.backends._obj_lookup.LookupCounters`).
 
-        ``calls``, ``keys``, ``queries`` (NIXL queries), ``failed_queries``,
+        ``calls``, ``keys``, ``queries`` (lookup requests: NIXL queries and
+        boto3 retries), ``failed_queries`` and its split by cause
+        (``failed_throttled``, ``failed_server_error``, ``failed_reset``,
+        ``failed_timed_out``, ``failed_other``: see ``retry_with_boto3``),
         ``retried_keys``, and the keys answered MISS for want of an answer at
         the deadline, by cause: ``miss_failing`` (their HEADs kept failing:
         throttled or erroring), ``miss_in_flight`` (still running: slow or
         frozen server), ``miss_not_started`` (the pool was busy).
         """
         return self._engine.counters.snapshot()
+
+    def _head_one(self, name: str) -> Any:
+        """One HEAD through boto3: ``{}`` if stored, None if absent; raises boto3's error otherwise."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client().head_object(Bucket=self.bucket, Key=name)
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return None
+            raise
+        return {}
 
     def _query(self, names: Sequence[str]) -> list[Any]:
         with self._pool.agent() as agent:
@@ -421,6 +496,7 @@ class NixlObjBackend:
                     connect_timeout=self.connect_timeout_s,
                     read_timeout=self.connect_timeout_s,
                     retries={"total_max_attempts": 1},
+                    max_pool_connections=max(10, self.agents + 1),
                     s3={"addressing_style": "path"},
                 ),
             )

@@ -24,6 +24,7 @@ class FakeStore:
         self.fail_times = Counter(fail_times)  # how many more times a query holding the name fails
         self.delay_s = delay_s
         self.sizes: list[int] = []
+        self.order: list[str] = []  # each query's first name, in the order queries started
         self.lock = threading.Lock()
         self.concurrent = 0
         self.peak = 0
@@ -31,6 +32,7 @@ class FakeStore:
     def query(self, names: Sequence[str]) -> list[Any]:
         with self.lock:
             self.sizes.append(len(names))
+            self.order.append(names[0])
             self.concurrent += 1
             self.peak = max(self.peak, self.concurrent)
             failing = [n for n in names if self.fail_times[n] > 0]
@@ -113,9 +115,145 @@ def test_queries_in_flight_are_bounded_by_the_pool() -> None:
         engine.close()
 
 
+def test_a_small_group_does_not_wait_behind_a_large_one() -> None:
+    """Concurrent runs take turns on the pool: a 16-key group after a 2,000-key one is queried at once.
+
+    With a first-come-first-served pool its one chunk waited for the large
+    group's 125 chunks (about 125 * 0.01 s / 2 agents here).
+    """
+    big = [f"big{i}" for i in range(2000)]
+    small = [f"small{i}" for i in range(16)]
+    store = FakeStore(set(small), {}, delay_s=0.01)
+    engine = _engine(store, agents=2)
+    try:
+        done: list[str] = []
+        runner = threading.Thread(target=lambda: done.append(str(engine.run(big, 30)[1])))
+        runner.start()
+        while len(store.sizes) < 2:  # the large group is running, its chunks all queued
+            time.sleep(0.001)
+        queued_before = len(store.order)
+        verdicts, answered = engine.run(small, 30)
+        assert answered == 16 and all(verdicts)
+        position = store.order.index("small0") - queued_before
+        # One turn: at most one chunk of the large group per agent goes first.
+        assert position <= 2, (position, store.order[queued_before : queued_before + 6])
+        assert not done, "the large group finished before the small one was served"
+        runner.join()
+        assert done == ["2000"]
+    finally:
+        engine.close()
+
+
+def test_round_robin_serves_owners_in_turn_and_each_owner_in_order() -> None:
+    from kvprobe.backends._fair_pool import RoundRobin
+
+    queue: RoundRobin[str, int] = RoundRobin()
+    for i in range(4):
+        queue.put("a", i)
+    queue.put("b", 10)
+    queue.put("b", 11)
+    queue.put("c", 20)
+    taken = [queue.take() for _ in range(len(queue))]
+    assert taken == [("a", 0), ("b", 10), ("c", 20), ("a", 1), ("b", 11), ("a", 2), ("a", 3)]
+    with pytest.raises(IndexError):
+        queue.take()
+
+
 def test_closed_engine_refuses() -> None:
     engine = _engine(FakeStore(set(), {}))
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.run(["a"], 1)
     engine.close()
+
+
+def test_retry_plan_on_a_virtual_clock() -> None:
+    """RetryPlan alone: first chunks once, a failed chunk's keys retried one by one after their backoff."""
+    import random
+
+    from kvprobe.backends._obj_lookup import Chunk, RetryPlan
+
+    plan = RetryPlan(40, 16, RetryPolicy(0.1, 1.0), random.Random(1), now=100.0, deadline_s=5.0)
+    first = plan.due(100.0)
+    assert first == [Chunk(0, 16, 0), Chunk(16, 32, 0), Chunk(32, 40, 0)] and plan.due(100.0) == []
+    plan.answered(first[0], [{}] * 16)
+    plan.answered(first[2], [None] * 8)
+    plan.failed(first[1], 100.05, "throttled")
+    ready = plan.next_retry_at()
+    assert ready is not None and 100.05 + 0.05 <= ready <= 100.05 + 0.15  # base * U(0.5, 1.5)
+    assert plan.due(ready - 1e-9) == []
+    retries = []
+    while len(retries) < 16:
+        at = plan.next_retry_at()
+        assert at is not None
+        retries += plan.due(at)
+    assert sorted(c.start for c in retries) == list(range(16, 32)) and all(c.attempt == 1 for c in retries)
+    for c in retries[:-1]:
+        plan.answered(c, [{}])
+    assert not plan.finished
+    plan.failed(retries[-1], 101.0, "reset")
+    verdicts, answered, counts = plan.settle(in_flight=[])
+    failing = retries[-1].start
+    assert answered == 39
+    assert verdicts == [i < 32 and i != failing for i in range(40)]
+    assert counts["failed_throttled"] == 1 and counts["failed_reset"] == 1 and counts["miss_failing"] == 1
+    assert counts["retried_keys"] == 17 and counts["queries"] == 3 + 16 + 0
+
+
+def test_no_retry_plan_leaves_a_failed_chunk_missing() -> None:
+    import random
+
+    from kvprobe.backends._obj_lookup import RetryPlan
+
+    plan = RetryPlan(4, 16, None, random.Random(1), now=0.0, deadline_s=1.0)
+    (chunk,) = plan.due(0.0)
+    plan.failed(chunk, 0.01)
+    assert plan.next_retry_at() is None and plan.due(10.0) == []
+    verdicts, answered, counts = plan.settle([])
+    assert verdicts == [False] * 4 and answered == 0 and counts["miss_failing"] == 4 and counts["failed_other"] == 1
+
+
+def test_failures_are_classified_from_boto3_errors_and_nixl_timing() -> None:
+    pytest.importorskip("botocore")
+    from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+
+    from kvprobe.backends.nixl_obj import classify_failure
+
+    def client_error(status: int, code: str) -> ClientError:
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "HeadObject")
+
+    assert classify_failure(client_error(503, "503"), 0.01) == "throttled"
+    assert classify_failure(client_error(503, "SlowDown"), 0.01) == "throttled"
+    assert classify_failure(client_error(500, "500"), 0.01) == "server_error"
+    assert classify_failure(client_error(403, "403"), 0.01) == "other"
+    assert classify_failure(ConnectionClosedError(endpoint_url="http://x"), 0.01) == "reset"
+    assert classify_failure(ReadTimeoutError(endpoint_url="http://x"), 2.0) == "timed_out"
+    nixl = RuntimeError("NIXL_ERR_BACKEND")
+    assert classify_failure(nixl, 0.05) == "other" and classify_failure(nixl, 3.01) == "timed_out"
+
+
+def test_later_retries_go_through_query_one_and_their_failures_are_classified() -> None:
+    names = [f"k{i}" for i in range(32)]
+    store = FakeStore(set(names), {"k5": 2})  # k5's chunk and k5's first retry fail
+    single: list[str] = []
+    fails = {"k5": 1}  # then query_one fails once for k5, and answers
+
+    def query_one(name: str) -> Any:
+        single.append(name)
+        if fails.get(name, 0) > 0:
+            fails[name] -= 1
+            raise ConnectionResetError("reset by peer")
+        return {} if name in store.stored else None
+
+    def classify(exc: BaseException, elapsed_s: float) -> str:
+        return "reset" if isinstance(exc, ConnectionResetError) else "other"
+
+    engine = _engine(store, query_one=query_one, classify=classify)
+    try:
+        verdicts, answered = engine.run(names, deadline_s=5)
+        assert answered == 32 and all(verdicts)
+        assert single == ["k5", "k5"]  # attempts 2 and 3; the first retry stayed on query
+        c = engine.counters.snapshot()
+        assert c["failed_other"] == 2 and c["failed_reset"] == 1 and c["failed_queries"] == 3, c
+    finally:
+        engine.close()

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from integ_harness import make_obj_backend, requires_nixl, resolve
 
+from kvprobe.backends.nixl_obj import ObjStoreUnavailableError
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 pytestmark = requires_nixl
@@ -98,6 +99,68 @@ def test_everything_throttled_is_miss_within_the_deadline(s3_server: Any, bucket
         assert counters["miss_failing"] == len(keys), counters
         proxy.configure(throttle=0.0)
         assert backend.batch_lookup(keys[:4], None) == [True, False, True, False]
+    finally:
+        backend.close()
+
+
+_CAUSES = ("throttled", "server_error", "reset", "timed_out")
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [({"throttle": 1.0}, "throttled"), ({"error500": 1.0}, "server_error"), ({"reset": 1.0}, "reset")],
+)
+def test_failures_are_counted_by_cause(
+    s3_server: Any, bucket: str, proxy: Any, fault: dict[str, float], cause: str
+) -> None:
+    """A 503, a 500 and a reset are told apart in ``stats`` (NIXL raises the same error for all three)."""
+    keys = _keys(40)
+    backend = _through(proxy, s3_server, bucket, deadline_s=1.0)
+    try:
+        proxy.configure(**fault)
+        with pytest.raises(ObjStoreUnavailableError):
+            backend.batch_lookup(keys, None)  # nothing answered: the store is refusing everything
+        counters = backend.stats
+        # A key's first query and first retry are NIXL's (cause unknown:
+        # other); its later retries are boto3's, each failure counted by cause.
+        chunks = -(-len(keys) // backend.agent_threads)
+        assert counters["retried_keys"] >= len(keys), counters
+        assert counters[f"failed_{cause}"] > 0, counters
+        assert counters["failed_other"] >= chunks, counters
+        assert counters["failed_other"] + counters[f"failed_{cause}"] == counters["failed_queries"], counters
+        for other in _CAUSES:
+            if other != cause:
+                assert counters[f"failed_{other}"] == 0, (other, counters)
+    finally:
+        backend.close()
+
+
+def test_timeouts_are_counted_by_cause(s3_server: Any, bucket: str, proxy: Any) -> None:
+    keys = _keys(4)
+    # 4 s added per request: NIXL's queries (the chunk, then each key's first
+    # retry) time out after the SDK's 3 s, the boto3 retries after 0.5 s.
+    backend = _through(proxy, s3_server, bucket, deadline_s=8.0, connect_timeout_s=0.5)
+    try:
+        proxy.configure(delay_s=4.0)
+        with pytest.raises(ObjStoreUnavailableError):
+            backend.batch_lookup(keys, None)
+        counters = backend.stats
+        assert counters["failed_timed_out"] >= 1 + len(keys) + 1, counters
+        assert counters["failed_timed_out"] == counters["failed_queries"], counters  # every failure was a timeout
+    finally:
+        proxy.configure(delay_s=0.0)
+        backend.close()
+
+
+def test_without_boto3_retries_the_causes_are_unknown_but_counted(s3_server: Any, bucket: str, proxy: Any) -> None:
+    backend = _through(proxy, s3_server, bucket, deadline_s=1.0, retry_with_boto3=False)
+    try:
+        proxy.configure(throttle=1.0)
+        with pytest.raises(ObjStoreUnavailableError):
+            backend.batch_lookup(_keys(8), None)
+        counters = backend.stats
+        assert counters["failed_other"] == counters["failed_queries"] > 8, counters
+        assert all(counters[f"failed_{c}"] == 0 for c in _CAUSES), counters
     finally:
         backend.close()
 

@@ -1,0 +1,345 @@
+"""One serving engine in the fleet: kvprobe's real core, a scheduler's lookups, the object backend's policy.
+
+The scheduler.  Each engine runs kvprobe's :class:`LookupCore` (the pure core
+the manager wraps) and steps on a grid of ``step_s``.  At a step it applies
+the published outcomes, asks about its waiting requests, and flushes; the
+flush's groups become backend calls.  How a request is asked, by ``mode``:
+
+* ``per-key``: ``lookup`` of every key of the prompt (a HEAD-per-block
+  scheduler written against single lookups);
+* ``chain``: ``lookup_chain(keys)``, which stops after a key known MISS;
+* ``window``: ``lookup_chain(keys[:w])`` with ``w`` doubling from
+  ``window0`` each time the first ``w`` are all known stored (a scheduler
+  that asks for more only while the tier keeps hitting).
+
+A request is answered (its lookup delay ends) when its leading known-stored
+blocks end at a known MISS or at the end of the prompt; it is cleaned up
+(``cleanup``) ``serve_s`` later.
+
+Lazy asking, exact.  The core guarantees that a request asking again about
+keys it already waits on changes nothing (``LookupCore.lookup``: "the same
+request asking again changes nothing").  So after the call that registers a
+request's keys, the engine does not call ``lookup`` again for them: it reads
+the verdicts of the states the core listed for the request, in order, with a
+cursor that only moves forward (a verdict, once set, stays while the request
+waits: this simulation never calls ``mark_miss``).  New keys (a window that
+grows) go through the core's own call.  ``lazy=False`` re-asks through the
+core at every step instead; the tests check both give the same run.
+
+The backend.  :class:`SimObjBackend` runs each group as kvprobe's object
+backend does, with its own policy object: :class:`RetryPlan` from
+``kvprobe.backends._obj_lookup`` cuts the keys into chunks of
+``agent_threads``, and says when a failed chunk's keys are retried and what
+is MISS at the deadline.  A pool of ``num_threads / agent_threads`` agents
+serves the groups' chunks in turn (the backend's ``FairPool`` discipline,
+:class:`RoundRobin`; ``fair=False``: first come first served, as the
+backend's pool was before); a chunk's HEADs go out together and the query ends when the
+slowest returns, failing as a whole if any HEAD was throttled (NIXL's
+semantics).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.fleet.params import BackendParams, WorkloadParams
+from bench.fleet.store import S3Model, key_position
+from bench.fleet.workload import Prompt, Tier, Workload
+from kvprobe.backends._fair_pool import RoundRobin
+from kvprobe.backends._obj_lookup import Chunk, RetryPlan
+from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.records import ProbeState
+from kvprobe.statemachine.types import GroupOutcome, ProbeGroup, ReqContext
+
+__all__ = ["MODES", "Engine", "Fleet", "Request", "SimObjBackend"]
+
+MODES = ("per-key", "chain", "window")
+
+Schedule = Callable[..., None]  # schedule(time, callback, *args)
+
+
+class Fleet:
+    """What the engines share: the virtual clock's scheduler, the store, the tier, the tallies."""
+
+    def __init__(self, schedule: Schedule, store: S3Model, tier: Tier, track_from: float, track_to: float) -> None:
+        self.schedule = schedule
+        self.now = 0.0  # the virtual clock, advanced by the simulator
+        self.store = store
+        self.tier = tier
+        self.track_from = track_from
+        self.track_to = track_to
+        self.tracked_open = 0  # tracked requests not answered yet
+        self.answered: list[Request] = []  # tracked requests, answered
+        self.calls = 0
+        self.keys_called = 0
+        self.chunks_sent = 0
+        self.heads_sent = 0
+        self.counts: dict[str, int] = {}
+
+    def accepting(self, now: float) -> bool:
+        """Requests keep arriving until the window is over and every tracked request is answered."""
+        return now < self.track_to or self.tracked_open > 0
+
+
+@dataclass(eq=False)
+class Request:
+    ctx: ReqContext
+    prompt: Prompt
+    arrived_step: int
+    tracked: bool
+    window: int = 0  # keys registered with the core so far (all, except in window mode)
+    cursor: int = 0  # keys[:cursor] are known stored
+    states: list[ProbeState] = field(default_factory=list)
+    answered_step: int = -1
+    leading_hits: int = 0
+    probes: int = 0  # new probes this request's lookups created
+
+
+@dataclass(eq=False)
+class _Call:
+    group: ProbeGroup
+    plan: RetryPlan
+    positions: list[float]
+    truth: list[bool]
+    in_flight: dict[Chunk, None] = field(default_factory=dict)
+    queued: int = 0  # chunks waiting for an agent
+    done: bool = False
+    retry_wake: float = math.inf
+
+
+class SimObjBackend:
+    """kvprobe's object backend on the virtual clock: chunks, a pool of agents, RetryPlan's retries."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        params: BackendParams,
+        rng: random.Random,
+        publish: Callable[[GroupOutcome], None],
+        *,
+        fair: bool = True,
+    ) -> None:
+        self.fleet = fleet
+        self.p = params
+        self.rng = rng
+        self.publish = publish
+        self.free = max(1, math.ceil(params.num_threads / params.agent_threads))
+        # The backend's pool serves concurrent calls in turn (FairPool's
+        # RoundRobin); fair=False is the first-come-first-served pool it had.
+        self.queue: RoundRobin[_Call | None, tuple[_Call, Chunk]] = RoundRobin()
+        self.fair = fair
+
+    def call(self, group: ProbeGroup, now: float) -> None:
+        """Start ``batch_lookup`` for one group at ``now``."""
+        keys = group.keys
+        plan = RetryPlan(len(keys), self.p.agent_threads, self.p.retry, self.rng, now, self.p.deadline_s)
+        holds = self.fleet.tier.holds
+        call = _Call(group, plan, [key_position(k) for k in keys], [holds(k) for k in keys])
+        self.fleet.calls += 1
+        self.fleet.keys_called += len(keys)
+        self.fleet.schedule(plan.end, self._deadline, call)
+        self._enqueue(call, now)
+
+    def _enqueue(self, call: _Call, now: float) -> None:
+        for chunk in call.plan.due(now):
+            self.queue.put(call if self.fair else None, (call, chunk))
+            call.queued += 1
+        self._dispatch(now)
+        wake = call.plan.next_retry_at()
+        if wake is not None and wake < call.retry_wake:
+            call.retry_wake = wake
+            self.fleet.schedule(wake, self._retry_due, call)
+
+    def _retry_due(self, now: float, call: _Call) -> None:
+        call.retry_wake = math.inf
+        if not call.done:
+            self._enqueue(call, now)
+
+    def _dispatch(self, now: float) -> None:
+        head = self.fleet.store.head
+        while self.free and self.queue:
+            _, (call, chunk) = self.queue.take()
+            call.queued -= 1
+            if call.done:
+                continue  # cancelled at the deadline: never sent
+            self.free -= 1
+            throttled = False
+            slowest = 0.0
+            for i in range(chunk.start, chunk.stop):
+                no, rtt = head(call.positions[i], now)
+                throttled = throttled or no
+                slowest = rtt if rtt > slowest else slowest
+            self.fleet.chunks_sent += 1
+            self.fleet.heads_sent += chunk.stop - chunk.start
+            call.in_flight[chunk] = None
+            self.fleet.schedule(now + slowest, self._chunk_done, call, chunk, throttled)
+
+    def _chunk_done(self, now: float, call: _Call, chunk: Chunk, throttled: bool) -> None:
+        self.free += 1
+        if not call.done:
+            del call.in_flight[chunk]
+            if throttled:
+                call.plan.failed(chunk, now, "throttled")
+                self._enqueue(call, now)
+            else:
+                call.plan.answered(chunk, [{} if t else None for t in call.truth[chunk.start : chunk.stop]])
+            # As ChunkedLookup.run: the call returns once every key is
+            # answered, or nothing runs and no retry is pending (no-retry mode).
+            idle = not call.in_flight and not call.queued and call.plan.next_retry_at() is None
+            if call.plan.finished or idle:
+                self._finish(call)
+        self._dispatch(now)
+
+    def _deadline(self, now: float, call: _Call) -> None:
+        if not call.done:
+            self._finish(call)
+
+    def _finish(self, call: _Call) -> None:
+        call.done = True
+        verdicts, _, counts = call.plan.settle(call.in_flight)
+        tally = self.fleet.counts
+        for name, value in counts.items():
+            tally[name] = tally.get(name, 0) + value
+        self.publish(GroupOutcome(call.group, tuple(verdicts)))
+
+
+class Engine:
+    """One engine: its core, its scheduler's lookups, its backend, its arrivals."""
+
+    def __init__(
+        self,
+        index: int,
+        fleet: Fleet,
+        mode: str,
+        workload: Workload,
+        wparams: WorkloadParams,
+        backend: BackendParams,
+        rng: random.Random,
+        *,
+        window0: int = 32,
+        lazy: bool = True,
+        fair: bool = True,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.index = index
+        self.fleet = fleet
+        self.mode = mode
+        self.workload = workload
+        self.w = wparams
+        self.rng = rng
+        self.window0 = window0
+        self.lazy = lazy
+        self.core = LookupCore()
+        self.backend = SimObjBackend(fleet, backend, rng, self._published, fair=fair)
+        self.phase = rng.uniform(0.0, wparams.step_s)  # engines do not step in lockstep
+        self.waiting: dict[str, Request] = {}
+        self.finishing: list[tuple[float, int, str]] = []
+        self.next_arrival = workload.next_gap()
+        self._ids = 0
+        self._wake_step: int | None = None
+        self.steps = 0  # steps this engine actually ran
+
+    # --- the step grid -------------------------------------------------------
+
+    def step_at(self, t: float) -> int:
+        """The first step at or after ``t``."""
+        return max(0, math.ceil((t - self.phase) / self.w.step_s - 1e-9))
+
+    def wake(self, step: int) -> None:
+        if self._wake_step is None or step < self._wake_step:
+            self._wake_step = step
+            self.fleet.schedule(self.phase + step * self.w.step_s, self._step, step)
+
+    def start(self) -> None:
+        self.wake(self.step_at(self.next_arrival))
+
+    def _published(self, outcome: GroupOutcome) -> None:
+        # The worker's publish: the core applies it at the next step's drain.
+        self.core.inbox.append(outcome)
+        self.wake(self.step_at(self.fleet.now + 1e-9))
+
+    def _step(self, now: float, step: int) -> None:
+        if step != self._wake_step:
+            return  # superseded by an earlier wake
+        self._wake_step = None
+        self.steps += 1
+        core = self.core
+        core.drain()
+        while self.finishing and self.finishing[0][0] <= now:
+            _, _, req_id = heapq.heappop(self.finishing)
+            core.cleanup(req_id)
+        accepting = self.fleet.accepting(now)
+        while accepting and self.next_arrival <= now:
+            self._arrive(step)
+            self.next_arrival += self.workload.next_gap()
+        for req in list(self.waiting.values()):
+            self._ask(req, step, now)
+        batch = core.flush()
+        if batch is not None:
+            for group in batch.groups:
+                self.backend.call(group, now)
+        if self.waiting and not self.lazy:
+            self.wake(step + 1)
+        if self.finishing:
+            self.wake(self.step_at(self.finishing[0][0]))
+        if accepting:
+            self.wake(self.step_at(self.next_arrival))
+
+    def _arrive(self, step: int) -> None:
+        self._ids += 1
+        req_id = f"e{self.index}r{self._ids}"
+        t = self.next_arrival
+        tracked = self.fleet.track_from <= t < self.fleet.track_to
+        self.fleet.tracked_open += tracked
+        self.waiting[req_id] = Request(ReqContext(req_id), self.workload.prompt(), step, tracked)
+
+    # --- asking about one request --------------------------------------------
+
+    def _ask(self, req: Request, step: int, now: float) -> None:
+        core = self.core
+        keys = req.prompt.keys
+        n = len(keys)
+        if req.window == 0 or not self.lazy:
+            before = core.stats.probes_created
+            if self.mode == "per-key":
+                lookup = core.lookup
+                for key in keys:
+                    lookup(key, req.ctx)
+                req.window = n
+            else:
+                req.window = n if self.mode == "chain" else min(n, max(req.window, self.window0))
+                core.lookup_chain(keys[: req.window], req.ctx)
+            req.probes += core.stats.probes_created - before
+            req.states = core.requests[req.ctx.req_id].states
+        while True:
+            states = req.states
+            cursor = req.cursor
+            limit = min(req.window, len(states))
+            while cursor < limit and states[cursor].verdict:
+                cursor += 1
+            req.cursor = cursor
+            if cursor < limit and states[cursor].verdict is False:
+                return self._answer(req, step, now, cursor)
+            if cursor < req.window:
+                return  # some verdict unknown: ask again when results arrive
+            if req.window >= n:
+                return self._answer(req, step, now, n)
+            # Window mode, every key so far stored: ask for twice as many.
+            before = core.stats.probes_created
+            req.window = min(n, 2 * req.window)
+            core.lookup_chain(keys[: req.window], req.ctx)
+            req.probes += core.stats.probes_created - before
+
+    def _answer(self, req: Request, step: int, now: float, hits: int) -> None:
+        req.answered_step = step
+        req.leading_hits = hits
+        del self.waiting[req.ctx.req_id]
+        heapq.heappush(self.finishing, (now + self.rng.expovariate(1.0 / self.w.serve_s), self._ids, req.ctx.req_id))
+        if req.tracked:
+            self.fleet.tracked_open -= 1
+            self.fleet.answered.append(req)
