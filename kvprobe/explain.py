@@ -22,6 +22,7 @@ edit, and anything the tables do not know is shown plainly, never an error:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -82,6 +83,8 @@ def _outcome(outcome: Any) -> str:
     if not isinstance(outcome, dict):
         return _name(outcome)
     kind = outcome.get("kind")
+    if kind == "died":
+        return "the worker's death marker"
     late = " (late)" if outcome.get("late") else ""
     if kind == "ok":
         answers = outcome.get("ans", {})
@@ -113,15 +116,23 @@ VARIABLES: dict[str, tuple[str, Callable[[TlaValue], str]] | None] = {
     "subq": ("submitted", _queue),
     "taken": ("with the worker", _groups),
     "timedOut": ("timed out", _groups),
+    "stuck": ("stuck calls", _groups),
     "resq": ("results", _results),
+    "open": ("open groups", _groups),
+    "wstate": ("worker", _name),
     "down": ("shut down", _name),
+    # The Lookup's answer is part of its step's line.
+    "out": None,
     # Bookkeeping and history: the last line uses them; per step they are noise.
     "nextGen": None,
     "forced": None,
+    "told": None,
     "applied": None,
     "sent": None,
-    "sentDead": None,
+    "sentIn": None,
+    "stale": None,
     "moot": None,
+    "deaths": None,
 }
 
 
@@ -143,7 +154,12 @@ def _lookup(before: State, after: State) -> str:
             new = after["gen"][key] != before["gen"][key]
             how = f"new probe, generation {after['gen'][key]}" if new else f"joins the {after['phase'][key]} probe"
             parts.append(f"{req} asks for {key} ({how})")
-    return "; ".join(parts) or "a lookup answered from a resolved probe"
+    said = "; ".join(parts) or "a lookup answered from a resolved probe"
+    out = after.get("out")
+    if isinstance(out, dict) and out.get("req") != "none":
+        answer = {"none": "not known yet", "hit": "hit", "miss": "miss"}.get(str(out.get("ans")), str(out.get("ans")))
+        said += f"; {out.get('req')} is answered {answer} for {out.get('key')}"
+    return said
 
 
 def _flush(before: State, after: State) -> str:
@@ -167,6 +183,14 @@ def _published(before: State, after: State) -> str:
 
 def _drain(before: State, after: State) -> str:
     head = before["resq"][0]
+    if isinstance(head, dict) and head.get("kind") == "died":
+        failed = _groups(tuple(sorted(before.get("open", ()), key=str)))
+        head = f"the worker's death marker: every open group fails ({failed})"
+        return f"{head}; " + (", ".join(_effects(before, after)) or "nothing applied")
+    return f"{_outcome(head)}; " + (", ".join(_effects(before, after)) or "nothing applied")
+
+
+def _effects(before: State, after: State) -> list[str]:
     effects = []
     for key in _changed_keys(before, after, "phase") + _changed_keys(before, after, "verdict"):
         line = f"{key} -> {after['phase'][key]}"
@@ -174,7 +198,7 @@ def _drain(before: State, after: State) -> str:
             line += f" {after['verdict'][key]} (state generation {after['gen'][key]})"
         if line not in effects:
             effects.append(line)
-    return f"{_outcome(head)}; " + (", ".join(effects) if effects else "nothing applied")
+    return effects
 
 
 def _cleanup(before: State, after: State) -> str:
@@ -204,6 +228,10 @@ ACTIONS: dict[str, Callable[[State, State], str]] = {
     "CompleteGroup": _published,
     "FailGroup": _published,
     "TimeOut": _published,
+    "Saturate": _published,
+    "LateAnswer": _published,
+    "Die": lambda b, a: "the worker dies: what it queued or held is lost; it publishes its death marker",
+    "Revive": lambda b, a: "a fresh worker is started",
     "Terminated": lambda b, a: "nothing more happens after shutdown",
 }
 
@@ -212,14 +240,28 @@ ACTIONS: dict[str, Callable[[State, State], str]] = {
 
 
 def _stale(states: Sequence[State]) -> str:
-    last = states[-1]
-    for key, gens in sorted(last.get("applied", {}).items(), key=str):
-        wrong = [g for g in gens if g != last["gen"][key]]
-        if wrong:
-            return (
-                f"the generation-{wrong[0]} result was applied to generation {last['gen'][key]} of {key}: "
-                "an answer to an earlier probe was taken for the current one"
-            )
+    # The step that set the history flag `stale`: the generations whose
+    # applied count grew there, against the generation of each key it changed.
+    for before, after in itertools.pairwise(states):
+        if after.get("stale") is not True or before.get("stale") is True:
+            continue
+        grew = [
+            g for g, (old, new) in enumerate(zip(before["applied"], after["applied"], strict=False), 1) if new > old
+        ]
+        head = before["resq"][0] if before.get("resq") else None
+        how = (
+            " (the failure the worker's death marker applies to every open group)"
+            if isinstance(head, dict) and head.get("kind") == "died"
+            else ""
+        )
+        for key in _changed_keys(before, after, "phase") + _changed_keys(before, after, "verdict"):
+            current = after["gen"][key]
+            wrong = [g for g in grew if g != current]
+            if wrong:
+                return (
+                    f"the generation-{wrong[0]} result{how} was applied to generation {current} of {key}: "
+                    "an answer to an earlier probe was taken for the current one"
+                )
     return "a result was applied to a state of another generation"
 
 
