@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test lint bench rgw
+.PHONY: check test lint bench rgw compiled pure test-compiled
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,3 +43,16 @@ test: lint rgw
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.run_all
+
+# The optional compiled core (mypyc over the same typed source): built in
+# place, its .so files shadow statemachine/core.py and records.py until
+# `make pure` removes them.  test-compiled runs the whole suite against it.
+compiled: $(VENV)/.dev-installed
+	KVPROBE_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace
+	$(BIN)/python -c "import kvprobe.statemachine.core as c; assert c.COMPILED, c.__file__; print('compiled core:', c.__file__)"
+
+pure:
+	rm -rf statemachine/*.so *__mypyc*.so build
+
+test-compiled: rgw compiled
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest; s=$$?; $(MAKE) -s pure; exit $$s
