@@ -240,6 +240,7 @@ def test_shutdown_reclaims_everything_and_later_calls_raise(tier: SetTier) -> No
         tier.drain_results,
         lambda: tier.cleanup("r1"),
         lambda: tier.mark_miss([A]),
+        tier.__enter__,  # a closed tier cannot be used in a with block
     ):
         with pytest.raises(ManagerClosedError):
             call()
