@@ -53,7 +53,11 @@ def load_results(path: Path) -> dict[str, Any]:
     return record
 
 
-def _footer(fig: Any, record: dict[str, Any]) -> None:
+def _save(fig: Any, path: Path, record: dict[str, Any]) -> Path:
+    """Lay out ``fig`` with the run's footer, write it to ``path`` and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     machine = record.get("machine", {})
     load = machine.get("load_average_start") or ["?"]
     text = (
@@ -61,6 +65,9 @@ def _footer(fig: Any, record: dict[str, Any]) -> None:
         f"load average {load[0]} at the start" + (" (quick: too short to quote)" if record.get("quick") else "")
     )
     fig.text(0.99, 0.005, text, ha="right", va="bottom", fontsize=7, color="0.4")
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 # --- scheduler lookup rate over time ---------------------------------------------------
@@ -97,12 +104,7 @@ def plot_starvation(raw: dict[str, Any], out: Path, record: dict[str, Any]) -> P
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=9)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    _footer(fig, record)
-    path = out / "starvation.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "starvation.png", record)
 
 
 # --- lookup delay distribution -----------------------------------------------------------
@@ -144,12 +146,7 @@ def plot_delays(raw: dict[str, Any], out: Path, record: dict[str, Any]) -> Path:
         f"{raw['steps']} steps, {raw['arrivals_per_step']} new requests of {raw['keys_per_request']} keys per step, "
         f"{raw['forward_ms']:.0f} ms forward pass, {raw['tree_files']:,}-file tree"
     )
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    _footer(fig, record)
-    path = out / "lookup_delay.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "lookup_delay.png", record)
 
 
 # --- TLC distinct states over time -------------------------------------------------------
@@ -173,12 +170,7 @@ def plot_tlc(raw: dict[str, Any], out: Path, record: dict[str, Any]) -> Path:
     ax.set_title("TLC: distinct states against time, per model config")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    _footer(fig, record)
-    path = out / "tlc_states.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "tlc_states.png", record)
 
 
 #: figure -> (the bench.run_all benchmark whose raw data it draws, the drawing function)

@@ -39,10 +39,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Row
+from bench.common import Row, rows_from_output
 from kvprobe.progress import Progress
 
-__all__ = ["BENCHMARKS", "DEFAULT_OUT", "main", "rows_from_output", "run"]
+__all__ = ["BENCHMARKS", "DEFAULT_OUT", "main", "run"]
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -66,32 +66,6 @@ def _series(name: str) -> Callable[[bool], Measured]:
         return result
 
     return measure
-
-
-def rows_from_output(bench: str, text: str, exit_code: int) -> list[Row]:
-    """Rows from what a benchmark's ``main`` printed: one per line of its Markdown tables.
-
-    A table row gives ``metric`` (its first cell) and ``value`` (the other
-    cells, each with its column header when the header names it); a
-    non-zero exit code adds a ``FAIL`` row naming the ``FAIL:`` lines.
-    """
-    rows: list[Row] = []
-    header: list[str] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("|"):
-            header = []
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if not header:
-            header = cells
-        elif not all(set(c) <= set("-: ") for c in cells):
-            named = [f"{h}: {c}" if h else c for h, c in zip(header[1:], cells[1:], strict=False)]
-            rows.append(Row(bench, cells[0], "; ".join(named)))
-    if exit_code != 0:
-        failed = [line.removeprefix("FAIL: ") for line in text.splitlines() if line.startswith("FAIL: ")]
-        rows.append(Row(bench, "own checks", "FAIL", f"exit {exit_code}: " + "; ".join(failed)[:200]))
-    return rows
 
 
 def _command(name: str, quick_argv: Sequence[str], full_argv: Sequence[str]) -> Callable[[bool], Measured]:

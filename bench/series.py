@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from bench.common import Row
+from bench.common import Row, rows_from_output
 from bench.starvation import resolve_hot_keys
 from bench.trees import block_tree
 from kvprobe.backends.fs import FsBackend
@@ -305,34 +305,14 @@ def tlc_series(quick: bool, long: bool = False) -> list[dict[str, Any]]:
 
 
 def tlc_cost(quick: bool) -> tuple[list[Row], dict[str, Any]]:
-    """Rows for each TLC config and for Hypothesis, and the raw per-config progress."""
+    """Rows for each TLC config and for Hypothesis (``bench.tlc_cost``'s report), and the raw per-config progress."""
     from bench.tlc_cost import hypothesis_rate
+    from bench.tlc_cost import report as tlc_report
 
     configs = tlc_series(quick)
-    rows = []
-    for c in configs:
-        if "error" in c:
-            rows.append(Row("model checking", f"TLC {c['config']}", "n/a", c["error"][:80]))
-            continue
-        distinct = c["distinct"] or 0
-        rows.append(
-            Row(
-                "model checking",
-                f"TLC {c['config']} ({c['outcome']})",
-                f"{distinct:,} distinct states in {c['wall_s']:.1f} s",
-                f"{distinct / c['wall_s'] if c['wall_s'] else 0:,.0f} distinct/s, {c['generated'] or 0:,} generated",
-            )
-        )
     hyp = hypothesis_rate()
-    if "error" in hyp:
-        rows.append(Row("model checking", "Hypothesis examples/s", "n/a", hyp["error"][:80]))
-    else:
-        rows.append(
-            Row(
-                "model checking",
-                "Hypothesis examples/s",
-                f"{hyp['per_s']:.1f}",
-                f"{hyp['examples']} examples in {hyp['wall_s']:.1f} s, {hyp['source']}",
-            )
-        )
+    rated = [c if "error" in c else {**c, "states_per_s": (c["distinct"] or 0) / (c["wall_s"] or 1)} for c in configs]
+    text = tlc_report(rated, hyp)
+    rows = rows_from_output("model checking", text, 0)
+    rows.append(Row("model checking", "Hypothesis examples/s", text.splitlines()[-1]))
     return rows, {"configs": configs, "hypothesis": hyp}

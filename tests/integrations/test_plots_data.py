@@ -19,7 +19,7 @@ pytest.importorskip("prometheus_client", reason="the metrics extra is not instal
 pytest.importorskip("matplotlib", reason="the plots extra is not installed")
 
 from bench import plots, run_all
-from bench.common import Row
+from bench.common import Row, rows_from_output
 from bench.plots import _binned
 from bench.series import Series, delay_samples, rate_series
 from bench.trees import block_tree
@@ -123,11 +123,11 @@ def test_plots_without_a_results_file_says_to_run_run_all(tmp_path: Path, capsys
 
 def test_rows_from_a_benchmarks_printed_tables() -> None:
     text = "intro\n\n| worker | steps | wall time |\n|---|---:|---:|\n| seq | 3 | 2100 ms |\n| conc | 1 | 90 ms |\n"
-    assert run_all.rows_from_output("groups", text, 0) == [
+    assert rows_from_output("groups", text, 0) == [
         Row("groups", "seq", "steps: 3; wall time: 2100 ms"),
         Row("groups", "conc", "steps: 1; wall time: 90 ms"),
     ]
     chaos = "| | |\n|---|---|\n| wrong verdicts | 2 |\nPASS: fds flat\nFAIL: wrong verdicts 0\n"
-    rows = run_all.rows_from_output("chaos", chaos, 1)
+    rows = rows_from_output("chaos", chaos, 1)
     assert rows[0] == Row("chaos", "wrong verdicts", "2")
     assert rows[1] == Row("chaos", "own checks", "FAIL", "exit 1: wrong verdicts 0")
