@@ -60,11 +60,12 @@ def _save(fig: Any, path: Path, record: dict[str, Any]) -> Path:
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     machine = record.get("machine", {})
     load = machine.get("load_average_start") or ["?"]
+    command = str(record.get("command", "?")).removeprefix("python -m ")
     text = (
-        f"{record.get('command', '?')} on {record.get('date', '?')}; {machine.get('cores', '?')} cores, "
-        f"load average {load[0]} at the start" + (" (quick: too short to quote)" if record.get("quick") else "")
+        f"{command}, {str(record.get('date', '?'))[:16].replace('T', ' ')} UTC, {machine.get('cores', '?')} cores "
+        f"at load {load[0]}" + (" (quick run: too short to quote)" if record.get("quick") else "")
     )
-    fig.text(0.99, 0.005, text, ha="right", va="bottom", fontsize=7, color="0.4")
+    fig.text(0.5, 0.005, text, ha="center", va="bottom", fontsize=7, color="0.4")
     fig.savefig(path)
     plt.close(fig)
     return path
