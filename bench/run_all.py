@@ -1,8 +1,9 @@
 """Run the whole benchmark suite, print one Markdown table and save the raw measurements.
 
-``python -m bench.run_all`` (about 15 minutes on the 2-core bench machine)
-or ``python -m bench.run_all --quick`` (a smoke run of every benchmark, a
-few minutes; its figures are too short to quote).  ``--only NAME`` runs
+``python -m bench.run_all`` (about 30 minutes on the 2-core bench machine,
+most of it TLC) or ``python -m bench.run_all --quick`` (a smoke run of every
+benchmark: 7 minutes at load 10-20 on 2 cores, half of it TLC's default
+config; its figures are too short to quote).  ``--only NAME`` runs
 some of them.  Nothing here asserts a timing: it prints figures.
 
 Every run writes a JSON file (``--out``, default ``bench/results/latest.json``)
@@ -75,7 +76,10 @@ def _command(name: str, quick_argv: Sequence[str], full_argv: Sequence[str]) -> 
         argv = list(quick_argv if quick else full_argv)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            code = importlib.import_module(f"bench.{name}").main(argv)
+            try:
+                code = importlib.import_module(f"bench.{name}").main(argv)
+            except SystemExit as exc:  # its argparse refused argv (its options changed): a FAIL row
+                code = exc.code if isinstance(exc.code, int) else 2
         text = out.getvalue()
         return rows_from_output(name, text, code), {"argv": argv, "exit_code": code, "output": text}
 
