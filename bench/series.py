@@ -262,6 +262,10 @@ def lookup_delay(quick: bool) -> tuple[list[Row], dict[str, Any]]:
 
 # --- TLC distinct states over time -------------------------------------------------------
 
+# A config whose first comment line says "(long)" or ends its parenthesis
+# with "long)" (liveness2.cfg: "(no symmetry; VIEW LiveView; long)") runs only
+# with ``long``; bench.tlc_cost matches only the first form.
+_LONG = re.compile(r"\(long\)|\blong\)")
 _STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
 
 
@@ -273,7 +277,7 @@ def tlc_series(quick: bool, long: bool = False) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for cfg in sorted(folder.glob("*.cfg")):
         first = cfg.read_text().splitlines()[0]
-        if "reachability" in first or (quick and cfg.stem != "default") or ("(long)" in first and not long):
+        if "reachability" in first or (quick and cfg.stem != "default") or (_LONG.search(first) and not long):
             continue
         points: list[tuple[float, int]] = []
         t0 = time.monotonic()
