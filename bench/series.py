@@ -315,7 +315,11 @@ def tlc_cost(quick: bool) -> tuple[list[Row], dict[str, Any]]:
 
     configs = tlc_series(quick)
     hyp = hypothesis_rate()
-    rated = [c if "error" in c else {**c, "states_per_s": (c["distinct"] or 0) / (c["wall_s"] or 1)} for c in configs]
+    # A simulation (deep.cfg) reports no distinct count: 0 in the table, None in the raw data.
+    counted = [
+        c if "error" in c else {**c, "distinct": c["distinct"] or 0, "generated": c["generated"] or 0} for c in configs
+    ]
+    rated = [c if "error" in c else {**c, "states_per_s": c["distinct"] / (c["wall_s"] or 1)} for c in counted]
     text = tlc_report(rated, hyp)
     rows = rows_from_output("model checking", text, 0)
     rows.append(Row("model checking", "Hypothesis examples/s", text.splitlines()[-1]))
