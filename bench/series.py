@@ -320,7 +320,11 @@ def tlc_cost(quick: bool) -> tuple[list[Row], dict[str, Any]]:
         c if "error" in c else {**c, "distinct": c["distinct"] or 0, "generated": c["generated"] or 0} for c in configs
     ]
     rated = [c if "error" in c else {**c, "states_per_s": c["distinct"] / (c["wall_s"] or 1)} for c in counted]
-    text = tlc_report(rated, hyp)
+    raw = {"configs": configs, "hypothesis": hyp}
+    try:
+        text = tlc_report(rated, hyp)
+    except Exception as exc:  # a table it cannot print must not lose the measurements
+        return [Row("model checking", "TLC table", "n/a", f"{type(exc).__name__}: {exc}"[:100])], raw
     rows = rows_from_output("model checking", text, 0)
     rows.append(Row("model checking", "Hypothesis examples/s", text.splitlines()[-1]))
-    return rows, {"configs": configs, "hypothesis": hyp}
+    return rows, raw
