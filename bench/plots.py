@@ -113,7 +113,7 @@ def plot_starvation(raw: dict[str, Any], out: Path, record: dict[str, Any]) -> P
 
 def plot_delays(raw: dict[str, Any], out: Path, record: dict[str, Any]) -> Path:
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FixedLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
     samples: dict[str, list[list[float]]] = raw["samples"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), dpi=110)
@@ -127,8 +127,7 @@ def plot_delays(raw: dict[str, Any], out: Path, record: dict[str, Any]) -> Path:
         ms = sorted(v for s, sec, c in obs for v in [sec * 1000] * int(c))
         if ms:
             right.plot(ms, [(j + 1) / len(ms) for j in range(len(ms))], label=label, linewidth=1.6)
-    longest = int(max((s for obs in samples.values() for s, _, _ in obs), default=1))
-    left.set_xticks(range(0, longest + 1))
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole steps, and few ticks when the tail is long
     left.set_xlabel("steps from a key's first lookup to its verdict (1 = the next step)")
     left.set_ylabel("share of verdicts")
     left.set_title("Lookup delay in scheduler steps")
