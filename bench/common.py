@@ -30,6 +30,7 @@ __all__ = [
     "baseline_impl",
     "fmt_ratio",
     "manual_impl",
+    "rows_from_output",
     "summary",
     "verified_impl",
 ]
@@ -164,3 +165,29 @@ def summary(values: Sequence[float]) -> tuple[float, float, float]:
 def fmt_ratio(values: Sequence[float]) -> str:
     lo, med, hi = summary(values)
     return f"{med:.2f}x (min {lo:.2f}, max {hi:.2f})"
+
+
+def rows_from_output(bench: str, text: str, exit_code: int) -> list[Row]:
+    """Rows from what a benchmark's ``main`` printed: one per line of its Markdown tables.
+
+    A table row gives ``metric`` (its first cell) and ``value`` (the other
+    cells, each with its column header when the header names it); a
+    non-zero exit code adds a ``FAIL`` row naming the ``FAIL:`` lines.
+    """
+    rows: list[Row] = []
+    header: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            header = []
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not header:
+            header = cells
+        elif not all(set(c) <= set("-: ") for c in cells):
+            named = [f"{h}: {c}" if h else c for h, c in zip(header[1:], cells[1:], strict=False)]
+            rows.append(Row(bench, cells[0], "; ".join(named)))
+    if exit_code != 0:
+        failed = [line.removeprefix("FAIL: ") for line in text.splitlines() if line.startswith("FAIL: ")]
+        rows.append(Row(bench, "own checks", "FAIL", f"exit {exit_code}: " + "; ".join(failed)[:200]))
+    return rows

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import sys
 from collections.abc import Sequence
 
@@ -24,9 +23,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from bench.common import Impl, Row, StoredByHash, Workload, fmt_ratio, manual_impl, verified_impl
 from bench.hotpath import CLASSES, LOOKUP_CLASSES, _step, _Tally
+from bench.hotpath import report as hotpath_report
 from kvprobe.metrics import LookupMetrics, MeteredManager
 
-__all__ = ["main", "measure", "rows"]
+__all__ = ["METERED", "PLAIN", "main", "measure", "report", "rows"]
 
 
 def metered_impl(registry: CollectorRegistry) -> Impl:
@@ -38,16 +38,23 @@ def metered_impl(registry: CollectorRegistry) -> Impl:
     return manual_impl(m)
 
 
+# bench.hotpath's report compares the tallies under these two names (its
+# verified manager against its baseline); here they are the metered manager
+# and the plain one, so its table (with its net-of-loop-floor ratios) is reused.
+METERED, PLAIN = "verified", "baseline"
+
+
 def measure(workload: Workload, repeats: int, delay: int = 1) -> dict[str, list[_Tally]]:
+    """Run ``repeats`` lockstep repetitions; the tallies under :data:`METERED` and :data:`PLAIN`."""
     plan = [
         ([(k, r.ctx) for r in waiting for k in r.keys], [r.ctx.req_id for r in finishing])
         for _, waiting, finishing in workload.schedule()
     ]
-    results: dict[str, list[_Tally]] = {"plain": [], "metered": []}
+    results: dict[str, list[_Tally]] = {METERED: [], PLAIN: []}
     scraped = 0
     for rep in range(repeats):
         registry = CollectorRegistry()
-        impls = {"plain": verified_impl(), "metered": metered_impl(registry)}
+        impls = {PLAIN: verified_impl(), METERED: metered_impl(registry)}
         tallies = {name: _Tally() for name in impls}
         gc.collect()
         gc.disable()
@@ -67,27 +74,19 @@ def measure(workload: Workload, repeats: int, delay: int = 1) -> dict[str, list[
 
 
 def _ratios(results: dict[str, list[_Tally]], classes: Sequence[str]) -> list[float]:
+    """Metered/plain time of ``classes`` together, per repetition."""
     return [
         sum(m.ns[c] for c in classes) / sum(p.ns[c] for c in classes)
-        for m, p in zip(results["metered"], results["plain"], strict=True)
+        for m, p in zip(results[METERED], results[PLAIN], strict=True)
     ]
 
 
 def report(results: dict[str, list[_Tally]]) -> str:
-    lines = [
-        "| operation | count/rep | metered ns/op (median) | plain ns/op (median) | metered/plain median (min-max) |",
-        "|---|---|---|---|---|",
-    ]
-    for cls in CLASSES:
-        n = results["plain"][0].n[cls]
-        if not n:
-            continue
-        mo = statistics.median(t.per_op(cls) for t in results["metered"])
-        po = statistics.median(t.per_op(cls) for t in results["plain"])
-        lines.append(f"| {cls} | {n} | {mo:,.0f} | {po:,.0f} | {fmt_ratio(_ratios(results, [cls]))} |")
-    lines.append(f"| **all lookups** | | | | {fmt_ratio(_ratios(results, ('drain', *LOOKUP_CLASSES)))} |")
-    lines.append(f"| **scheduler total** | | | | {fmt_ratio(_ratios(results, CLASSES))} |")
-    return "\n".join(lines)
+    """bench.hotpath's table, read with "verified" = metered and "baseline" = plain."""
+    return (
+        "verified = MeteredManager with a registered collector, baseline = the plain manager "
+        "(ratio v/b = metered/plain)\n\n" + hotpath_report(results)
+    )
 
 
 def rows(quick: bool) -> list[Row]:

@@ -1,72 +1,144 @@
-"""Run the whole benchmark suite and print one Markdown table.
+"""Run the whole benchmark suite, print one Markdown table and save the raw measurements.
 
-``python -m bench.run_all`` (about 10 minutes on the 2-core bench machine)
-or ``python -m bench.run_all --quick`` (a smoke run of every benchmark, about
-2 minutes; its figures are too short to quote).  ``--only NAME`` runs some
-of them.  Nothing here asserts a timing: it prints figures.
+``python -m bench.run_all`` (about 30 minutes on the 2-core bench machine,
+most of it TLC) or ``python -m bench.run_all --quick`` (a smoke run of every
+benchmark: 7 minutes at load 10-20 on 2 cores, half of it TLC's default
+config; its figures are too short to quote).  ``--only NAME`` runs
+some of them.  Nothing here asserts a timing: it prints figures.
+
+Every run writes a JSON file (``--out``, default ``bench/results/latest.json``)
+with the command, the date, the machine and its load average at the start
+and the end, and per benchmark its rows, its wall time and its raw
+measurements: the series behind the figures (``scheduler_rate``,
+``lookup_delay``, ``tlc_cost``) and, for a benchmark run through its own
+command line (``groups``, ``chaos``), its argv, exit code and output.
+``python -m bench.plots`` draws the figures from that file.
 
 Each benchmark module has its own ``main`` with more detail
 (``python -m bench.hotpath`` etc.).  A benchmark that cannot run here (no
 NIXL, no Java) gives an ``n/a`` row with the reason instead of stopping the
-suite.
+suite; a benchmark whose own checks fail (``chaos`` exits non-zero) gives a
+``FAIL`` row.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
+import io
+import json
 import logging
 import os
 import platform
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
-from bench.common import Row
+from bench.common import Row, rows_from_output
 from kvprobe.progress import Progress
 
-__all__ = ["BENCHMARKS", "main", "run"]
+__all__ = ["BENCHMARKS", "DEFAULT_OUT", "main", "run"]
 
-BENCHMARKS = ("hotpath", "latency", "memory", "starvation", "throughput", "tlc_cost")
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
+
+Measured = tuple[list[Row], Any]  # a benchmark's rows and its raw measurements (JSON data)
 
 
-def run(quick: bool, only: Sequence[str] = ()) -> tuple[list[Row], dict[str, float]]:
+def _module_rows(name: str) -> Callable[[bool], Measured]:
+    """A benchmark module with ``rows(quick)``: its rows are all it reports."""
+
+    def measure(quick: bool) -> Measured:
+        return importlib.import_module(f"bench.{name}").rows(quick), None
+
+    return measure
+
+
+def _series(name: str) -> Callable[[bool], Measured]:
+    """A measurement of ``bench.series`` (rows and the raw series a figure is drawn from)."""
+
+    def measure(quick: bool) -> Measured:
+        result: Measured = getattr(importlib.import_module("bench.series"), name)(quick)
+        return result
+
+    return measure
+
+
+def _command(name: str, quick_argv: Sequence[str], full_argv: Sequence[str]) -> Callable[[bool], Measured]:
+    """A benchmark run through its module's ``main(argv)``; rows parsed from its printed tables."""
+
+    def measure(quick: bool) -> Measured:
+        argv = list(quick_argv if quick else full_argv)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                code = importlib.import_module(f"bench.{name}").main(argv)
+            except SystemExit as exc:  # its argparse refused argv (its options changed): a FAIL row
+                code = exc.code if isinstance(exc.code, int) else 2
+        text = out.getvalue()
+        return rows_from_output(name, text, code), {"argv": argv, "exit_code": code, "output": text}
+
+    return measure
+
+
+BENCHMARKS: dict[str, Callable[[bool], Measured]] = {
+    "hotpath": _module_rows("hotpath"),
+    "metrics_cost": _module_rows("metrics_cost"),
+    "latency": _module_rows("latency"),
+    "memory": _module_rows("memory"),
+    "chain_saving": _module_rows("chain_saving"),
+    "starvation": _module_rows("starvation"),
+    "scheduler_rate": _series("scheduler_rate"),
+    "lookup_delay": _series("lookup_delay"),
+    "throughput": _module_rows("throughput"),
+    "groups": _command("groups", ["--rounds", "1"], ["--rounds", "5"]),
+    "tlc_cost": _series("tlc_cost"),
+    # Last: it forks, freezes and kills processes.
+    "chaos": _command("chaos", ["--seconds", "20"], ["--seconds", "120"]),
+}
+
+
+def run(quick: bool, only: Sequence[str] = ()) -> tuple[list[Row], dict[str, dict[str, Any]]]:
+    """Run the chosen benchmarks; return every row and, per benchmark, its rows, seconds and raw data."""
     rows: list[Row] = []
-    seconds: dict[str, float] = {}
+    results: dict[str, dict[str, Any]] = {}
     display = Progress(sys.stderr)  # a live line on a terminal only
     chosen = [name for name in BENCHMARKS if not only or name in only]
     for stage, name in enumerate(chosen, 1):
         display.show(f"bench: {name} ({stage} of {len(chosen)})", force=True)
         t0 = time.perf_counter()
+        raw: Any = None
         try:
-            module = importlib.import_module(f"bench.{name}")
-            rows += module.rows(quick)
+            got, raw = BENCHMARKS[name](quick)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
-            rows.append(Row(name, "n/a", f"{type(exc).__name__}", str(exc)[:100]))
-        seconds[name] = time.perf_counter() - t0
+            got = [Row(name, "n/a", f"{type(exc).__name__}", str(exc)[:100])]
+        seconds = time.perf_counter() - t0
+        rows += got
+        results[name] = {"seconds": round(seconds, 1), "rows": [asdict(r) for r in got], "raw": raw}
         display.clear()
-        print(f"[{name}: {seconds[name]:.0f} s]", file=sys.stderr, flush=True)
-    return rows, seconds
+        print(f"[{name}: {seconds:.0f} s]", file=sys.stderr, flush=True)
+    return rows, results
 
 
-def _machine() -> str:
-    cpu = "unknown CPU"
+def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    load = ""
-    if hasattr(os, "getloadavg"):
-        load = f", load average at the end {os.getloadavg()[0]:.1f}"
-    system = f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
-    return f"{os.cpu_count()} cores ({cpu}), {system}{load}"
+    return "unknown CPU"
+
+
+def _load() -> list[float] | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -78,14 +150,39 @@ def table(rows: Sequence[Row]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run of every benchmark")
-    parser.add_argument("--only", nargs="*", default=(), choices=BENCHMARKS, help="run only these")
+    parser.add_argument("--only", nargs="*", default=(), choices=list(BENCHMARKS), help="run only these")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)  # NIXL logs every agent it creates at INFO
     started = datetime.datetime.now(datetime.timezone.utc)
-    rows, seconds = run(args.quick, args.only)
-    cmd = "python -m bench.run_all" + (" --quick" if args.quick else "")
-    print(f"Date: {started:%Y-%m-%d %H:%M} UTC; machine: {_machine()}")
-    print(f"Command: `{cmd}` ({sum(seconds.values()):.0f} s)\n")
+    load_start = _load()
+    rows, results = run(args.quick, args.only)
+    cmd = " ".join(["python -m bench.run_all", *(argv if argv is not None else sys.argv[1:])])
+    machine: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "cpu": _cpu(),
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "load_average_start": load_start,
+        "load_average_end": _load(),
+    }
+    record = {
+        "command": cmd,
+        "date": started.isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": machine,
+        "seconds": round(sum(r["seconds"] for r in results.values()), 1),
+        "benchmarks": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record) + "\n")
+    load = machine["load_average_end"]
+    print(
+        f"Date: {started:%Y-%m-%d %H:%M} UTC; machine: {machine['cores']} cores ({machine['cpu']}), "
+        f"{machine['system']}, Python {machine['python']}"
+        + (f", load average {load_start[0]:.1f} at the start, {load[0]:.1f} at the end" if load and load_start else "")
+    )
+    print(f"Command: `{cmd}` ({record['seconds']:.0f} s); raw measurements in {args.out}\n")
     print(table(rows))
     return 0
 

@@ -7,8 +7,10 @@ One :class:`LookupMetrics` per manager, labelled ``tier=<name>``, exports:
   ``kvprobe_failures_total{kind=...}`` per failure kind;
 * gauges: ``kvprobe_probe_states`` (states held), ``kvprobe_groups_in_flight``
   (groups submitted and not answered), ``kvprobe_stuck_calls`` (calls running
-  past the timeout), ``kvprobe_idle_helper_processes`` (when the backend
-  exposes its helper processes' ``pids``, as ``ProcessBackend`` does);
+  past the timeout), ``kvprobe_helper_processes`` and
+  ``kvprobe_idle_helper_processes`` (live helper processes, all of them and
+  those not in a call, when the backend exposes ``helper_pids`` and ``pids``
+  as ``ProcessBackend`` does);
 * histograms, when the manager runs on :class:`MeteredCore`:
   ``kvprobe_lookup_delay_steps`` and ``kvprobe_lookup_delay_seconds`` (per
   key verdict, from the step of the key's first lookup to the verdict),
@@ -51,6 +53,7 @@ Usage::
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 import time
 import weakref
@@ -339,9 +342,20 @@ class LookupMetrics:
         stuck = getattr(m.worker, "stuck_calls", None)
         if isinstance(stuck, int):
             yield _gauge("kvprobe_stuck_calls", "Backend calls running past the lookup timeout", tier, stuck)
-        pids = getattr(m.backend, "pids", None)
-        if isinstance(pids, list):
-            yield _gauge("kvprobe_idle_helper_processes", "Idle helper processes of the backend", tier, len(pids))
+        helpers = getattr(m.backend, "helper_pids", None)
+        if isinstance(helpers, list):
+            live = sum(map(_alive, helpers))
+            yield _gauge(
+                "kvprobe_helper_processes", "Live helper processes of the backend, idle or in a call", tier, live
+            )
+        idle = getattr(m.backend, "pids", None)
+        if isinstance(idle, list):
+            yield _gauge(
+                "kvprobe_idle_helper_processes",
+                "Live helper processes of the backend not in a call",
+                tier,
+                sum(map(_alive, idle)),
+            )
         core = m.core
         if isinstance(core, MeteredCore):
             core.fold()
@@ -361,6 +375,24 @@ class LookupMetrics:
                 core.call_seconds,
             )
             yield _histogram("kvprobe_group_keys", "Keys per request group submitted", tier, core.group_keys)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (not gone, not a zombie awaiting its parent's wait)."""
+    # A helper killed from outside stays in its backend's lists until the
+    # backend next uses it; it must not count as live meanwhile.
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # The state letter follows the ")" that closes the command name.
+            return f.read().rpartition(b")")[2][1:2] not in (b"Z", b"X")
+    except OSError:  # no /proc (not Linux): kill(0) said it exists
+        return True
 
 
 def _gauge(name: str, help_text: str, tier: str, value: float) -> GaugeMetricFamily:

@@ -7,9 +7,12 @@ prometheus_client's own parser.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +202,54 @@ def test_a_counter_read_mid_flush_never_goes_down(tmp_path: Path) -> None:
         m.flush()
         m.lookup(KEYS[1], ReqContext("r"))
         assert registry.get_sample_value("kvprobe_probes_created_total", {"tier": "mono"}) == 2
+
+
+def wait_for(condition: Callable[[], bool], what: str, bound_s: float = 30.0) -> None:
+    deadline = time.monotonic() + bound_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {bound_s} s: {what}"
+        time.sleep(0.01)
+
+
+def test_helper_gauges_count_busy_helpers_and_not_killed_ones(
+    server: tuple[CollectorRegistry, int], tmp_path: Path
+) -> None:
+    from gated_backend import GateFileBackend
+
+    from kvprobe.backends.process import ProcessBackend
+    from kvprobe.statemachine import AsyncLookupManager
+
+    registry, port = server
+    gate = tmp_path / "gate"
+    backend = ProcessBackend(partial(GateFileBackend, str(gate)), max_procs=2)
+    m = AsyncLookupManager(backend, name="procs")
+    LookupMetrics(m).register(registry)
+    procs = {"tier": "procs"}
+    try:
+        samples = scrape(port)
+        assert value(samples, "kvprobe_helper_processes", **procs) == 1  # started with the backend
+        assert value(samples, "kvprobe_idle_helper_processes", **procs) == 1
+        # Two request groups: two calls in flight, each holding a helper.
+        m.lookup(KEYS[0], ReqContext("r1"))
+        m.lookup(KEYS[1], ReqContext("r2"))
+        m.flush()
+        wait_for(lambda: len(backend.helper_pids) == 2 and not backend.pids, "both helpers in a call")
+        samples = scrape(port)
+        assert value(samples, "kvprobe_helper_processes", **procs) == 2
+        assert value(samples, "kvprobe_idle_helper_processes", **procs) == 0
+        gate.touch()
+        settle(m)
+        assert [m.lookup(k, ReqContext("r1")) for k in KEYS[:1]] == [True]
+        wait_for(lambda: len(backend.pids) == 2, "both helpers back to idle")
+        # A helper killed from outside while idle is not live any more,
+        # though the backend has not noticed yet.
+        victim = backend.pids[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: value(scrape(port), "kvprobe_helper_processes", **procs) == 1, "the killed helper uncounted")
+        samples = scrape(port)
+        assert value(samples, "kvprobe_idle_helper_processes", **procs) == 1
+        assert victim in backend.helper_pids  # still listed: the gauge counted the live ones, not the list
+    finally:
+        gate.touch()
+        m.shutdown()
+        backend.close()

@@ -8,13 +8,12 @@ kvprobe's contract from the behaviour docs/vllm.md says vLLM has.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from vllm_harness import raise_after
+from vllm_harness import ScriptedTier, hold_in_flight, raise_after, step_verdicts
 from vllm_like_base import VllmLikeBase
 
 from kvprobe.integrations.vllm import AsyncLookupManager
@@ -26,22 +25,7 @@ R1, R2 = ReqContext("r1"), ReqContext("r2")
 
 def tier_on(base: type) -> Any:
     """A set-backed tier subclassing ``base``; ``answer`` and ``gate`` script its calls."""
-
-    class Tier(base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__("diff")
-            self.stored = {A, C}
-            self.gate: threading.Event | None = None
-            self.answer: Callable[[list[bytes]], Any] | None = None
-
-        def batch_lookup(self, keys: list[bytes], req_context: Any) -> Any:
-            if self.gate is not None:
-                self.gate.wait(10)
-            if self.answer is not None:
-                return self.answer(keys)
-            return [k in self.stored for k in keys]
-
-    return Tier()
+    return type("Tier", (ScriptedTier, base), {})("diff", stored={A, C})
 
 
 #: How long the scheduler loop waits for verdicts (far above what a loaded machine needs).
@@ -60,32 +44,22 @@ def run_steps(tier: Any, keys: list[bytes], ctx: ReqContext, seconds: float = ST
 
 
 def mark_miss_while_in_flight(tier: Any) -> None:
-    tier.gate = threading.Event()
-    tier.lookup(A, R1)
-    tier.flush()
+    gate = hold_in_flight(tier, A, R1)
     tier.mark_miss([A])
-    tier.gate.set()
-    for _ in range(20):
-        assert tier.lookup(A, R1) is False
-        tier.flush()
-        time.sleep(0.005)
+    gate.set()
+    assert step_verdicts(tier, A, R1) == [False] * 20
 
 
 def mark_miss_in_flight_then_a_new_request(tier: Any) -> None:
-    tier.gate = threading.Event()
-    tier.lookup(A, R1)
-    tier.flush()
+    gate = hold_in_flight(tier, A, R1)
     tier.cleanup("r1")
     tier.mark_miss([A])
     tier.lookup(A, R2)
-    tier.gate.set()
+    gate.set()
     # kvprobe reclaimed the orphan at mark_miss, so r2 started a fresh probe
     # (A is stored: True); vLLM's base let r2 join the forced state, and the
     # old probe's result then trips its assertion inside lookup.
-    for _ in range(20):
-        tier.lookup(A, R2)
-        tier.flush()
-        time.sleep(0.005)
+    step_verdicts(tier, A, R2)
     assert run_steps(tier, [A], R2) == [True]
 
 

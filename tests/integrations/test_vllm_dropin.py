@@ -11,11 +11,10 @@ contract (docs/vllm.md).
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from vllm_harness import SetTier, raise_after, settle
+from vllm_harness import SetTier, hold_in_flight, raise_after, settle
 
 from kvprobe.integrations.vllm import AsyncLookupManager, LookupResult, PrefixVerdict, as_lookup_result
 from kvprobe.statemachine import LookupPhase, ManagerClosedError, ReqContext
@@ -103,13 +102,11 @@ def test_cleanup_before_flush_means_never_probed(tier: SetTier) -> None:
 
 
 def test_cleanup_keeps_an_in_flight_probe_for_the_next_request(tier: SetTier) -> None:
-    tier.gate = threading.Event()
-    tier.lookup(A, R1)
-    tier.flush()
+    gate = hold_in_flight(tier, A, R1)
     tier.cleanup("r1")
     assert len(tier) == 1  # kept while in flight
     assert tier.lookup(A, R2) is None  # joins it
-    tier.gate.set()
+    gate.set()
     settle(tier)
     assert tier.lookup(A, R2) is True
     assert tier.calls == [([A], "r1")]  # one probe served both requests
@@ -118,11 +115,9 @@ def test_cleanup_keeps_an_in_flight_probe_for_the_next_request(tier: SetTier) ->
 
 
 def test_an_in_flight_probe_nobody_waits_on_is_reclaimed_when_answered(tier: SetTier) -> None:
-    tier.gate = threading.Event()
-    tier.lookup(A, R1)
-    tier.flush()
+    gate = hold_in_flight(tier, A, R1)
     tier.cleanup("r1")
-    tier.gate.set()
+    gate.set()
     settle(tier)
     assert len(tier) == 0 and tier.stats.orphans_reclaimed == 1
 
@@ -145,12 +140,10 @@ def test_mark_miss_forces_false_on_a_resolved_hit(tier: SetTier) -> None:
 def test_mark_miss_on_an_in_flight_probe_sticks_when_its_result_arrives(tier: SetTier) -> None:
     # vLLM's base asserts on the scheduler thread here (a result for a key
     # already RESOLVED by mark_miss); kvprobe drops the late result.
-    tier.gate = threading.Event()
-    tier.lookup(A, R1)
-    tier.flush()
+    gate = hold_in_flight(tier, A, R1)
     tier.mark_miss([A])
     assert tier.lookup(A, R1) is False
-    tier.gate.set()
+    gate.set()
     settle(tier)
     assert tier.lookup(A, R1) is False
     assert tier.stats.stale_results_dropped == 1
@@ -158,13 +151,11 @@ def test_mark_miss_on_an_in_flight_probe_sticks_when_its_result_arrives(tier: Se
 
 def test_mark_miss_on_an_orphan_reclaims_it(tier: SetTier) -> None:
     # vLLM's base would keep a RESOLVED state nobody can clean up (a leak).
-    tier.gate = threading.Event()
-    tier.lookup(A, R1)
-    tier.flush()
+    gate = hold_in_flight(tier, A, R1)
     tier.cleanup("r1")
     tier.mark_miss([A])
     assert len(tier) == 0
-    tier.gate.set()
+    gate.set()
     settle(tier)
     assert len(tier) == 0
 
@@ -215,23 +206,20 @@ def test_a_numpy_bool_array_is_accepted_as_vllm_accepts_it(tier: SetTier) -> Non
 
 def test_a_timeout_extra_resolves_a_hung_call_as_miss() -> None:
     t = SetTier(stored={A}, lookup_timeout_s=0.2)
-    t.gate = threading.Event()
     try:
-        t.lookup(A, R1)
-        t.flush()
+        hold_in_flight(t, A, R1)
         settle(t)
         assert t.lookup(A, R1) is False and t.stats.timeouts == 1
     finally:
+        assert t.gate is not None
         t.gate.set()
         t.shutdown()
 
 
 def test_shutdown_reclaims_everything_and_later_calls_raise(tier: SetTier) -> None:
-    tier.gate = threading.Event()
-    tier.lookup(A, R1)
-    tier.flush()
+    gate = hold_in_flight(tier, A, R1)
     tier.lookup(B, R2)
-    tier.gate.set()
+    gate.set()
     tier.shutdown()
     assert len(tier) == 0
     for call in (
@@ -240,6 +228,7 @@ def test_shutdown_reclaims_everything_and_later_calls_raise(tier: SetTier) -> No
         tier.drain_results,
         lambda: tier.cleanup("r1"),
         lambda: tier.mark_miss([A]),
+        tier.__enter__,  # a closed tier cannot be used in a with block
     ):
         with pytest.raises(ManagerClosedError):
             call()

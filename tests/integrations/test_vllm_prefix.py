@@ -1,9 +1,4 @@
-"""lookup_prefix and the chain lookup it stands on.
-
-``lookup_chain`` here is the local stand-in for kvprobe's chain lookup
-(until it lands): exactly the single ``lookup`` of each key in order,
-stopping after the first key whose verdict is False.
-"""
+"""lookup_prefix: a request's ordered keys, through the manager's chain lookup, to vLLM's result kinds."""
 
 from __future__ import annotations
 
@@ -13,20 +8,34 @@ import pytest
 from vllm_harness import settle
 
 from kvprobe.integrations.vllm import ChainAnswer, LookupResult, PrefixVerdict, lookup_prefix
-from kvprobe.integrations.vllm.results import lookup_chain, prefix_verdict
+from kvprobe.integrations.vllm.results import prefix_verdict
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 CTX = ReqContext("r")
 
 
-def scripted(verdicts: list[bool | None]) -> tuple[Any, list[bytes]]:
-    asked: list[bytes] = []
+class Scripted:
+    """A tier holding the keys whose scripted verdict is True."""
 
-    def lookup(key: bytes, ctx: Any) -> bool | None:
-        asked.append(key)
-        return verdicts[key[0]]
+    def __init__(self, verdicts: list[bool | None]) -> None:
+        self.stored = {bytes([i]) * 20 for i, v in enumerate(verdicts) if v}
 
-    return lookup, asked
+    def batch_lookup(self, keys: list[bytes], ctx: Any) -> list[bool]:
+        return [k in self.stored for k in keys]
+
+
+def resolved_as(verdicts: list[bool | None]) -> tuple[AsyncLookupManager, list[bytes]]:
+    """A manual-worker manager where key i is resolved to ``verdicts[i]`` (None: no state yet)."""
+    m = AsyncLookupManager(Scripted(verdicts), name="prefix", worker="manual")
+    keys = [bytes([i]) * 20 for i in range(len(verdicts))]
+    setup = ReqContext("setup")
+    for key, verdict in zip(keys, verdicts, strict=True):
+        if verdict is not None:
+            m.lookup(key, setup)
+    m.flush()
+    m.worker.run_all()  # type: ignore[attr-defined]
+    m.drain_results()
+    return m, keys
 
 
 @pytest.mark.parametrize(
@@ -44,15 +53,15 @@ def scripted(verdicts: list[bool | None]) -> tuple[Any, list[bytes]]:
 def test_chain_answers_and_result_kinds(
     verdicts: list[bool | None], answer: ChainAnswer, result: PrefixVerdict
 ) -> None:
-    lookup, asked = scripted(verdicts)
-    keys = [bytes([i]) * 20 for i in range(len(verdicts))]
-    got = lookup_chain(lookup, keys, CTX)
-    assert got == answer
-    assert asked == keys[: answer.looked_up]  # each key once, in order, none after the first False
-    assert prefix_verdict(got, len(keys)) == result
+    m, keys = resolved_as(verdicts)
+    with m:
+        assert m.lookup_chain(keys, CTX) == answer
+        assert prefix_verdict(answer, len(keys)) == result
+        # lookup_prefix is that chain lookup (a second one: every verdict above is unchanged) reduced.
+        assert lookup_prefix(m, keys, CTX) == result
 
 
-def test_lookup_prefix_uses_a_managers_chain_lookup_when_it_has_one() -> None:
+def test_lookup_prefix_uses_the_managers_chain_lookup() -> None:
     class WithChain:
         def __init__(self) -> None:
             self.chained: list[list[bytes]] = []

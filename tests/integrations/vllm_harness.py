@@ -25,11 +25,16 @@ def settle(m: AsyncLookupManager | KvprobeManager, timeout_s: float = 10.0) -> N
     m.drain_results()
 
 
-class SetTier(AsyncLookupManager):
-    """A tier whose contents are a set; records every batch_lookup call as (keys, req_id)."""
+class ScriptedTier:
+    """A mixin for a tier on any base: contents a set, every batch_lookup recorded as (keys, req_id).
+
+    ``gate`` (an Event) holds each call until it is set; ``answer`` (keys ->
+    result) replaces the set's answer.  Put it before the base class:
+    ``class T(ScriptedTier, Base)``.
+    """
 
     def __init__(self, tier_type: str = "set", stored: Iterable[bytes] = (), **extras: Any) -> None:
-        super().__init__(tier_type, **extras)
+        super().__init__(tier_type, **extras)  # type: ignore[call-arg]  # the base's constructor
         self.stored = set(stored)
         self.calls: list[tuple[list[bytes], str]] = []
         self.gate: threading.Event | None = None
@@ -42,6 +47,28 @@ class SetTier(AsyncLookupManager):
         if self.answer is not None:
             return self.answer(keys)
         return [k in self.stored for k in keys]
+
+
+class SetTier(ScriptedTier, AsyncLookupManager):
+    """A scripted tier on the drop-in."""
+
+
+def hold_in_flight(tier: Any, key: bytes, ctx: Any) -> threading.Event:
+    """Look ``key`` up and flush, with the tier's calls held until the returned gate is set."""
+    tier.gate = threading.Event()
+    tier.lookup(key, ctx)
+    tier.flush()
+    return tier.gate
+
+
+def step_verdicts(tier: Any, key: bytes, ctx: Any, steps: int = 20) -> list[bool | None]:
+    """``steps`` scheduler steps (lookup, flush, a short pause); the verdict of each step's lookup."""
+    verdicts = []
+    for _ in range(steps):
+        verdicts.append(tier.lookup(key, ctx))
+        tier.flush()
+        time.sleep(0.005)
+    return verdicts
 
 
 def raise_after(n: int, verdicts: list[bool]) -> Iterator[bool]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Collection, Iterable, Sequence
-from types import TracebackType
 from typing import Any
 
 from kvprobe.integrations.vllm.results import PrefixVerdict, lookup_prefix
@@ -240,11 +239,15 @@ class AsyncLookupManager(abc.ABC):
         return len(self._manager)
 
     def __enter__(self) -> AsyncLookupManager:
+        """Use the tier's manager in a ``with`` block; :meth:`shutdown` on exit.
+
+        Raises:
+            ManagerClosedError: it was already shut down (the kvprobe manager's check).
+        """
+        self._manager.__enter__()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
     def __repr__(self) -> str:

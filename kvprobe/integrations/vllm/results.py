@@ -21,13 +21,13 @@ joins this step's batch) and reduces the walk to a :class:`PrefixVerdict`:
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from kvprobe.statemachine.types import HasReqId, InvalidInputError, Key
+from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key
 
-__all__ = ["ChainAnswer", "LookupResult", "PrefixVerdict", "as_lookup_result", "lookup_chain", "lookup_prefix"]
+__all__ = ["ChainAnswer", "LookupResult", "PrefixVerdict", "as_lookup_result", "lookup_prefix", "prefix_verdict"]
 
 
 class LookupResult(enum.Enum):
@@ -60,52 +60,6 @@ def as_lookup_result(verdict: bool | None, kinds: type[Kind] = LookupResult) -> 
     raise InvalidInputError(f"a verdict is True, False or None, got {type(verdict).__name__}")
 
 
-# until lookup_chain lands: the lead replaces this class with
-# kvprobe.statemachine.types.ChainAnswer (same fields, same meaning).
-@dataclass(frozen=True, slots=True)
-class ChainAnswer:
-    """What a chain lookup learned about a request's ordered keys.
-
-    ``leading_hits``: keys known stored before the first key that is not;
-    ``stopped_at_miss``: the walk met a key known NOT stored and looked up
-    nothing after it; ``pending``: some key before the stop is not known yet
-    (ask again next step); ``looked_up``: keys looked up.
-    """
-
-    leading_hits: int
-    stopped_at_miss: bool
-    pending: bool
-    looked_up: int
-
-
-# until lookup_chain lands: the lead replaces calls of this function with
-# AsyncLookupManager.lookup_chain(keys, req_context) (same semantics).
-def lookup_chain(
-    lookup: Callable[[Key, HasReqId], bool | None], keys: Sequence[Key], req_context: HasReqId
-) -> ChainAnswer:
-    """The single ``lookup(key, req_context)`` of each key in order, stopping after the first False.
-
-    Raises:
-        InvalidInputError: from ``lookup`` (a bad key or context); the keys
-            before it were looked up.
-    """
-    leading = 0
-    in_lead = True
-    pending = False
-    looked_up = 0
-    for key in keys:
-        verdict = lookup(key, req_context)
-        looked_up += 1
-        if verdict is False:
-            return ChainAnswer(leading, True, pending, looked_up)
-        if verdict is None:
-            pending = True
-            in_lead = False
-        elif in_lead:
-            leading += 1
-    return ChainAnswer(leading, False, pending, looked_up)
-
-
 @dataclass(frozen=True, slots=True)
 class PrefixVerdict:
     """A request's leading stored blocks, in vLLM's terms (see the module docstring)."""
@@ -115,8 +69,8 @@ class PrefixVerdict:
     looked_up: int
 
 
-def prefix_verdict(answer: ChainAnswer, n_keys: int) -> PrefixVerdict:  # until lookup_chain lands: types.ChainAnswer
-    """Reduce a chain lookup of ``n_keys`` keys to a :class:`PrefixVerdict`."""
+def prefix_verdict(answer: ChainAnswer, n_keys: int) -> PrefixVerdict:
+    """Reduce the :class:`~kvprobe.statemachine.types.ChainAnswer` of ``n_keys`` keys to a :class:`PrefixVerdict`."""
     if answer.pending:
         return PrefixVerdict(LookupResult.RETRY, answer.leading_hits, answer.looked_up)
     if answer.stopped_at_miss:
@@ -124,15 +78,15 @@ def prefix_verdict(answer: ChainAnswer, n_keys: int) -> PrefixVerdict:  # until 
     return PrefixVerdict(LookupResult.HIT, n_keys, answer.looked_up)
 
 
-class _Lookups(Protocol):
-    def lookup(self, key: Key, req_context: HasReqId) -> bool | None: ...
+class _ChainLookups(Protocol):
+    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer: ...
 
 
-def lookup_prefix(manager: _Lookups, keys: Sequence[Key], req_context: HasReqId) -> PrefixVerdict:
+def lookup_prefix(manager: _ChainLookups, keys: Sequence[Key], req_context: HasReqId) -> PrefixVerdict:
     """Look up a request's ordered block keys; how many leading blocks are stored.
 
-    ``manager`` is a kvprobe ``AsyncLookupManager`` (its chain lookup is
-    used when it has one) or anything with a ``lookup(key, req_context)``.
+    ``manager`` is a kvprobe ``AsyncLookupManager`` (or anything with its
+    ``lookup_chain(keys, req_context)``): the walk is its chain lookup.
 
     Raises:
         InvalidInputError: ``keys`` is a single ``bytes`` rather than a
@@ -142,9 +96,4 @@ def lookup_prefix(manager: _Lookups, keys: Sequence[Key], req_context: HasReqId)
     """
     if isinstance(keys, (bytes, bytearray, memoryview, str)):
         raise InvalidInputError(f"lookup_prefix() takes a sequence of keys, got a single {type(keys).__name__}")
-    chain = getattr(manager, "lookup_chain", None)
-    if callable(chain):
-        answer = chain(keys, req_context)
-    else:
-        answer = lookup_chain(manager.lookup, keys, req_context)  # until lookup_chain lands
-    return prefix_verdict(answer, len(keys))
+    return prefix_verdict(manager.lookup_chain(keys, req_context), len(keys))
