@@ -100,8 +100,11 @@ def report(tlc: list[dict[str, Any]], hyp: dict[str, Any]) -> str:
         if "error" in r:
             lines.append(f"| {r['config']} | {r['error']} | | | | | |")
         else:
+            # A simulation (deep.cfg) reports no distinct or generated count.
+            distinct = "n/a" if r["distinct"] is None else f"{r['distinct']:,}"
+            generated = "n/a" if r["generated"] is None else f"{r['generated']:,}"
             lines.append(
-                f"| {r['config']} | {r['outcome']} | {r['distinct']:,} | {r['generated']:,} | {r['depth']} "
+                f"| {r['config']} | {r['outcome']} | {distinct} | {generated} | {r['depth']} "
                 f"| {r['wall_s']:.1f} | {r['states_per_s']:,.0f} |"
             )
     lines.append("")
