@@ -33,32 +33,16 @@ def _nixl_missing() -> str | None:
 pytestmark = pytest.mark.skipif(_nixl_missing() is not None, reason=str(_nixl_missing()))
 
 
-@pytest.fixture(scope="module")
-def _server() -> Iterator[Any]:
-    from kvprobe.testing.rgw import RgwServer, rgw_missing, rgw_required
-
-    why = rgw_missing()
-    if why is not None:
-        if rgw_required():
-            pytest.fail(f"KVPROBE_REQUIRE_RGW=1 but {why}", pytrace=False)
-        pytest.skip(why)
-    server = RgwServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture
-def s3(_server: Any) -> Iterator[Any]:
-    yield _server
+def s3(rgw: Any) -> Iterator[Any]:
+    """The module's RGW cluster (tests/faults/conftest.py), answering again after the test."""
+    yield rgw
     # Leave it usable for the next test, whatever this one did.
-    if not _server.running:
-        _server.start()
-    elif _server.frozen:
-        _server.thaw()
-    _server.suspend_user(False)
+    if not rgw.running:
+        rgw.start()
+    elif rgw.frozen:
+        rgw.thaw()
+    rgw.suspend_user(False)
 
 
 _bucket_ids = iter(range(1, 1_000_000))
