@@ -328,3 +328,22 @@ def test_invariant_names_are_those_of_the_tla_model() -> None:
     text = (tla_dir() / "KVProbe.tla").read_text()
     for name in model.INVARIANTS:
         assert f"\n{name} ==" in text, name
+
+
+def test_the_symmetry_group_renames_keys_and_requests_inside_every_value() -> None:
+    state = {
+        "phase": parse_value('(k1 :> "PENDING" @@ k2 :> "ABSENT")'),
+        "requests": parse_value("(r1 :> {k1} @@ r2 :> {})"),
+        "told": parse_value('(<<k1, 1>> :> "hit" @@ <<k2, 1>> :> "none")'),
+        "out": parse_value('[key |-> k1, req |-> r1, ans |-> "none"]'),
+    }
+    group = symmetry_group(state)
+    assert repr(group[0]) == "Permutation(identity)"
+    renamed = [p.state(state) for p in group]
+    assert renamed[0] == state
+    assert len({repr(sorted(map(repr, r.values()))) for r in renamed}) == 4, "the 4 renamings differ"
+    both = renamed[3]
+    assert both["phase"] == parse_value('(k2 :> "PENDING" @@ k1 :> "ABSENT")')
+    assert both["requests"] == parse_value("(r2 :> {k2} @@ r1 :> {})")
+    assert both["told"] == parse_value('(<<k2, 1>> :> "hit" @@ <<k1, 1>> :> "none")')
+    assert both["out"] == parse_value('[key |-> k2, req |-> r2, ans |-> "none"]'), "field names are kept"
