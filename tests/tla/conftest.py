@@ -12,6 +12,22 @@ from kvprobe.tlc import run_tlc, tla_dir
 
 INVARIANTS_ONLY_MARK = "PROPERTIES"
 
+#: The marker of the replays of the full default graph (minutes): they run only when selected.
+DEEP_REPLAY = "deep_replay"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip (visibly, with the command that runs them) the deep replays unless ``-m`` selects them."""
+    selection = str(config.getoption("markexpr") or "")
+    if DEEP_REPLAY in selection and f"not {DEEP_REPLAY}" not in selection:
+        return
+    skip = pytest.mark.skip(
+        reason=f"full-graph replay (minutes): run `pytest tests/tla/test_model_replay.py -m {DEEP_REPLAY}`"
+    )
+    for item in items:
+        if DEEP_REPLAY in item.keywords:
+            item.add_marker(skip)
+
 
 def safety_only(cfg_text: str) -> str:
     """A config text without its PROPERTIES section (no liveness: faster, same graph)."""
@@ -62,7 +78,10 @@ def explored_graph(folder: Path, cfg_text: str) -> Graph:
     dump = folder / "graph"
     result = run_tlc(tla_dir() / "MC.tla", cfg, extra_args=["-dump", "dot,actionlabels", str(dump)])
     assert result.outcome == "ok", (result.outcome, result.property, result.errors)
-    return read_graph(Path(f"{dump}.dot"))
+    graph = read_graph(Path(f"{dump}.dot"))
+    # The dump holds every state TLC stored (one per symmetry class under a SYMMETRY).
+    assert len(graph[0]) == result.distinct, (len(graph[0]), result.distinct)
+    return graph
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +94,15 @@ def default_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
 def two_key_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     """TLC's explored state graph of :func:`two_key_config` (invariants checked)."""
     return explored_graph(tmp_path_factory.mktemp("graph2"), two_key_config((tla_dir() / "default.cfg").read_text()))
+
+
+@pytest.fixture(scope="session")
+def full_default_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of tla/default.cfg itself: 2 keys, 2 requests, with its symmetry.
+
+    Edges lead to the state TLC stored for the successor's symmetry class
+    (replayed by test_model_replay.replay_under_symmetry).
+    """
+    cfg_text = safety_only((tla_dir() / "default.cfg").read_text())
+    assert "SYMMETRY Symmetry" in cfg_text, "default.cfg no longer checks under symmetry"
+    return explored_graph(tmp_path_factory.mktemp("full-graph"), cfg_text)

@@ -14,6 +14,12 @@ effects, moot generations).  The TLA+ side of the comparison is read from
 the dump directly, never through :func:`to_model`, so a mapping slip shows
 up as a difference.
 
+Under a SYMMETRY (tla/default.cfg's, permutations of keys and of
+requests) TLC stores one state per class and an edge leads to the state
+that stands for its successor's class, not to the successor itself: the
+edge is a step of the reference model if the reference successor's
+projection is that of some permutation of TLC's (:class:`Permutation`).
+
 What the models represent differently is projected away: group ids and
 batch ids (a TLA+ group is its value), the order of a batch's groups and of
 a group's keys, the code's counters, and the key of a history entry (TLA+
@@ -23,6 +29,7 @@ keeps some history per generation; a generation belongs to one key).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -30,7 +37,7 @@ from typing import Any, TypeVar
 
 from kvprobe.spec import model
 from kvprobe.spec.lifecycle import LookupPhase
-from kvprobe.tlc import parse_value
+from kvprobe.tlc import FrozenDict, ModelValue, parse_value
 
 TlaState = Mapping[str, object]
 View = dict[str, object]
@@ -422,3 +429,62 @@ def replay_edge(action: str, s: model.State, source: TlaState, dest: TlaState) -
 def differences(want: View, got: View) -> list[str]:
     """The projected variables that differ, one line each."""
     return [f"{name}: TLA+ {want[name]!r}, reference {got.get(name)!r}" for name in want if want[name] != got.get(name)]
+
+
+# --- symmetry ----------------------------------------------------------------------------------
+
+
+class Permutation:
+    """A renaming of model values (keys and requests), applied to whole TLA+ values.
+
+    Values are renamed once per object (see :func:`_by_identity`): equal
+    values of different states stay one object after renaming, so the
+    memoized projections stay cheap.
+    """
+
+    def __init__(self, mapping: Mapping[ModelValue, ModelValue]) -> None:
+        self.mapping = dict(mapping)
+        self._memo: dict[int, tuple[object, object]] = {}
+
+    def __repr__(self) -> str:
+        moved = {str(a): str(b) for a, b in self.mapping.items() if a != b}
+        return f"Permutation({moved or 'identity'})"
+
+    def value(self, value: object) -> object:
+        """``value`` with every model value renamed (records' field names are strings: kept)."""
+        hit = self._memo.get(id(value))
+        if hit is None:
+            hit = self._memo[id(value)] = (value, self._rename(value))
+        return hit[1]
+
+    def _rename(self, value: object) -> object:
+        if isinstance(value, ModelValue):
+            return self.mapping.get(value, value)
+        if isinstance(value, FrozenDict):
+            return FrozenDict({self.value(k): self.value(v) for k, v in value.items()})
+        if isinstance(value, frozenset):
+            return frozenset(self.value(v) for v in value)
+        if isinstance(value, tuple):
+            return tuple(self.value(v) for v in value)
+        return value
+
+    def state(self, state: TlaState) -> dict[str, object]:
+        """``state`` with every variable's value renamed."""
+        return {name: self.value(v) for name, v in state.items()}
+
+
+def symmetry_group(state: TlaState) -> list[Permutation]:
+    """Every permutation of the keys combined with every permutation of the requests, identity first.
+
+    The group MC.tla's ``Symmetry`` (``Permutations(Keys) \\cup
+    Permutations(Reqs)``) generates: TLC closes the set under composition
+    (on default.cfg's graph 192 edges need a renaming of both at once).  The
+    keys are ``phase``'s domain, the requests ``requests``'s.
+    """
+    keys = sorted(state["phase"])  # type: ignore[call-overload]
+    reqs = sorted(state["requests"])  # type: ignore[call-overload]
+    return [
+        Permutation({**dict(zip(keys, ks, strict=True)), **dict(zip(reqs, rs, strict=True))})
+        for ks in itertools.permutations(keys)
+        for rs in itertools.permutations(reqs)
+    ]

@@ -1,10 +1,15 @@
 """Model-based testing: the reference model (kvprobe.spec.model) takes every step TLC explored.
 
-The graph is ``default_graph`` (tla/default.cfg with one key, without
-symmetry: every state concrete).  Every edge is replayed through the Python
-action of the same name (tests/tla/model_replay.py) and the successor is
-compared with TLC's in the common projection; every state satisfies every
-Python invariant (TLC checked that the TLA+ ones hold there).  The other
+Three graphs: ``default_graph`` (tla/default.cfg with one key, without
+symmetry: every state concrete), ``two_key_graph`` (two keys, one request,
+no timeout or death) and, under the ``deep_replay`` marker (minutes; run
+with ``pytest tests/tla/test_model_replay.py -m deep_replay``),
+``full_default_graph``: default.cfg itself, with its symmetry, where a
+successor matches TLC's up to a renaming of keys and requests.  Every edge
+is replayed through the Python action of the same name
+(tests/tla/model_replay.py) and the successor is compared with TLC's in the
+common projection; every state satisfies every Python invariant (TLC
+checked that the TLA+ ones hold there).  The other
 direction of "same verdicts" is checked on violating states: the last state
 of each mutant's counterexample on default.cfg (two keys) breaks the Python
 invariant of the name TLC reported.
@@ -16,13 +21,25 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import pytest
-from model_replay import View, differences, replay_edge, to_model, view_of_model, view_of_tla
+from model_replay import (
+    Permutation,
+    View,
+    differences,
+    replay_edge,
+    symmetry_group,
+    to_model,
+    view_of_model,
+    view_of_tla,
+)
 from mutant_runs import default_mutant_run
 
 from kvprobe.spec import model
 from kvprobe.tlc import parse_value
 
 Graph = tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]
+
+#: Seconds a full-graph test may take: TLC's dump (1.5 min), reading it, the replay (2 min), under load.
+DEEP_TIMEOUT = 1200
 
 #: Every action of KVProbe's Next; each must be replayed at least once.
 ACTIONS = {
@@ -43,33 +60,104 @@ def _prepared(graph: Graph) -> tuple[dict[str, View], dict[str, model.State]]:
     return _PREPARED[id(graph)]
 
 
+def _model_checks(sid: str, state_view: View, state_model: model.State) -> list[str]:
+    """A state's mapping (a TLA+ state and its reference state project alike) and its invariants."""
+    got = view_of_model(state_model, state_view["keys"])  # type: ignore[arg-type]
+    return [f"state {sid}: {line}" for line in differences(state_view, got)] + [
+        f"state {sid}: {name} fails in the reference model" for name in model.broken_invariants(state_model)
+    ]
+
+
+def _step_differences(
+    action: str, source_model: model.State, source: Mapping[str, object], dest: Mapping[str, object], want: View
+) -> list[str]:
+    """How the reference step the edge names misses ``dest`` (empty: it reaches it)."""
+    try:
+        after = replay_edge(action, source_model, source, dest)
+    except model.ModelError as error:
+        return [f"the reference model refused: {error}"]
+    return differences(want, view_of_model(after, want["keys"]))  # type: ignore[arg-type]
+
+
 def replay(graph: Graph, *, stop_at_first: bool = False) -> tuple[Counter[str], list[str]]:
-    """Replay ``graph``: (edges replayed per action, one line per divergence)."""
+    """Replay ``graph`` (no symmetry): (edges replayed per action, one line per divergence)."""
     states, edges = graph
     views, models = _prepared(graph)
     failures: list[str] = []
     for sid in states:
-        # The mapping itself: a TLA+ state and its reference state project alike.
-        got = view_of_model(models[sid], views[sid]["keys"])  # type: ignore[arg-type]
-        failures += [f"state {sid}: {line}" for line in differences(views[sid], got)]
-        failures += [
-            f"state {sid}: {name} fails in the reference model" for name in model.broken_invariants(models[sid])
-        ]
+        failures += _model_checks(sid, views[sid], models[sid])
     if failures:
         return Counter(), failures
     replayed: Counter[str] = Counter()
     for source, action, dest in edges:
-        try:
-            after = replay_edge(action, models[source], states[source], states[dest])
-        except model.ModelError as error:
-            failures.append(f"edge {source} -[{action}]-> {dest}: the reference model refused: {error}")
-        else:
-            got = view_of_model(after, views[dest]["keys"])  # type: ignore[arg-type]
-            failures += [f"edge {source} -[{action}]-> {dest}: {line}" for line in differences(views[dest], got)]
+        lines = _step_differences(action, models[source], states[source], states[dest], views[dest])
+        failures += [f"edge {source} -[{action}]-> {dest}: {line}" for line in lines]
         replayed[action] += 1
         if failures and stop_at_first:
             break
     return replayed, failures
+
+
+def _reached(
+    group: Sequence[Permutation],
+    action: str,
+    source_model: model.State,
+    source: Mapping[str, object],
+    dest: Mapping[str, object],
+    dest_view: View,
+) -> tuple[Permutation | None, list[str]]:
+    """The renaming of ``dest`` the reference step reaches, else (None, the closest miss's lines).
+
+    ``group[0]`` is the identity (its projection is ``dest_view``, already computed).
+    """
+    closest: list[str] | None = None
+    for perm in group:
+        renamed = dest if perm is group[0] else perm.state(dest)
+        want = dest_view if perm is group[0] else view_of_tla(renamed)
+        try:
+            lines = _step_differences(action, source_model, source, renamed, want)
+        except (ValueError, KeyError, StopIteration) as error:
+            # The step's arguments are read off the successor: a wrong renaming can make that fail.
+            lines = [f"the step's arguments cannot be read ({error!r})"]
+        if not lines:
+            return perm, []
+        if closest is None or len(lines) < len(closest):
+            closest = [f"under {perm}: {line}" for line in lines]
+    return None, closest or []
+
+
+def replay_under_symmetry(graph: Graph, *, stop_at_first: bool = False) -> tuple[Counter[str], Counter[str], list[str]]:
+    """Replay a graph TLC explored under a SYMMETRY (see model_replay's docstring).
+
+    Each state is checked (mapping and invariants) when its edges are
+    replayed, its reference state computed once (TLC writes a state's edges
+    together, so one source is kept at a time: the whole graph's reference
+    states would not fit comfortably).  Returns (edges replayed per action,
+    edges per renaming that matched, one line per divergence).
+    """
+    states, edges = graph
+    group = symmetry_group(next(iter(states.values())))
+    views = {sid: view_of_tla(state) for sid, state in states.items()}
+    failures: list[str] = []
+    replayed: Counter[str] = Counter()
+    renamings: Counter[str] = Counter()
+    checked: set[str] = set()
+    last, source_model = "", model.State()
+    for source, action, dest in edges:
+        if source != last:
+            last, source_model = source, to_model(states[source])
+            if source not in checked:
+                checked.add(source)
+                failures += _model_checks(source, views[source], source_model)
+        perm, lines = _reached(group, action, source_model, states[source], states[dest], views[dest])
+        failures += [f"edge {source} -[{action}]-> {dest}: {line}" for line in lines]
+        replayed[action] += 1
+        renamings[repr(perm)] += 1
+        if failures and stop_at_first:
+            return replayed, renamings, failures
+    for sid in states.keys() - checked:
+        failures += _model_checks(sid, views[sid], to_model(states[sid]))
+    return replayed, renamings, failures
 
 
 @pytest.mark.tlc
@@ -126,6 +214,37 @@ def test_a_guard_slipped_out_of_the_reference_model_is_seen(
     monkeypatch.setitem(GUARDED, "Drain", drain_without_marker)
     with pytest.raises(AssertionError, match="Drain TLC True, reference False"):
         test_the_reference_model_refuses_the_steps_tlc_never_takes(default_graph)
+
+
+@pytest.mark.tlc
+@pytest.mark.deep_replay
+@pytest.mark.timeout(DEEP_TIMEOUT)
+def test_every_edge_of_the_full_default_graph_is_a_step_of_the_reference_model(full_default_graph: Graph) -> None:
+    # default.cfg as CI checks it: 2 keys, 2 requests, 2 generations, MaxStuck 1,
+    # MaxDeaths 1, with its symmetry; each TLC successor matched up to a renaming.
+    replayed, renamings, failures = replay_under_symmetry(full_default_graph)
+    assert not failures, f"{len(failures)} divergences; first: " + "\n".join(failures[:5])
+    _, edges = full_default_graph
+    assert sum(replayed.values()) == len(edges) > 1_000_000
+    assert set(replayed) == ACTIONS, f"actions never replayed: {ACTIONS - set(replayed)}"
+    # The symmetry is exercised: each of the 4 renamings (keys, requests, both) matched some edge.
+    assert len(renamings) == 4, renamings
+
+
+@pytest.mark.tlc
+@pytest.mark.deep_replay
+@pytest.mark.timeout(DEEP_TIMEOUT)
+def test_a_stale_result_slipped_into_the_reference_model_is_the_first_divergence_of_the_full_graph(
+    full_default_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one-line slip of the one-key test: no renaming of the successor hides it.
+    correct = model.probe_drain
+    monkeypatch.setattr(model, "probe_drain", lambda probe, gen, verdict: correct(probe, probe.gen, verdict))
+    _, _, failures = replay_under_symmetry(full_default_graph, stop_at_first=True)
+    assert failures, "the replay did not see a stale result applied"
+    first = failures[0]
+    assert "-[Drain]->" in first, first
+    assert any(var in first for var in ("phase:", "verdict:", "gen:", "applied:", "stale:")), first
 
 
 #: What the two-key graph adds: a group of two keys, a MarkMiss of two keys.
@@ -209,3 +328,22 @@ def test_invariant_names_are_those_of_the_tla_model() -> None:
     text = (tla_dir() / "KVProbe.tla").read_text()
     for name in model.INVARIANTS:
         assert f"\n{name} ==" in text, name
+
+
+def test_the_symmetry_group_renames_keys_and_requests_inside_every_value() -> None:
+    state = {
+        "phase": parse_value('(k1 :> "PENDING" @@ k2 :> "ABSENT")'),
+        "requests": parse_value("(r1 :> {k1} @@ r2 :> {})"),
+        "told": parse_value('(<<k1, 1>> :> "hit" @@ <<k2, 1>> :> "none")'),
+        "out": parse_value('[key |-> k1, req |-> r1, ans |-> "none"]'),
+    }
+    group = symmetry_group(state)
+    assert repr(group[0]) == "Permutation(identity)"
+    renamed = [p.state(state) for p in group]
+    assert renamed[0] == state
+    assert len({repr(sorted(map(repr, r.values()))) for r in renamed}) == 4, "the 4 renamings differ"
+    both = renamed[3]
+    assert both["phase"] == parse_value('(k2 :> "PENDING" @@ k1 :> "ABSENT")')
+    assert both["requests"] == parse_value("(r2 :> {k2} @@ r1 :> {})")
+    assert both["told"] == parse_value('(<<k2, 1>> :> "hit" @@ <<k1, 1>> :> "none")')
+    assert both["out"] == parse_value('[key |-> k2, req |-> r2, ans |-> "none"]'), "field names are kept"
