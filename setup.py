@@ -26,7 +26,10 @@ def ext_modules() -> list[Extension]:
         return []
     from mypyc.build import mypycify
 
-    return list(mypycify(COMPILED_MODULES, opt_level="3"))
+    # The group's shared runtime library goes inside the package (a dotted
+    # group name): at the top level it is importable only from the checkout's
+    # root, and a script run from elsewhere (examples/) failed to import it.
+    return list(mypycify(COMPILED_MODULES, opt_level="3", group_name="kvprobe.statemachine._compiled"))
 
 
 setup(ext_modules=ext_modules())
