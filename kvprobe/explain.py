@@ -67,6 +67,10 @@ def _group(group: Any) -> str:
 
 
 def _groups(value: Any) -> str:
+    if isinstance(value, frozenset):
+        # A set's iteration order follows string hashing, which differs per
+        # process: sort, or the same counterexample reads differently each run.
+        value = sorted(value, key=str)
     if isinstance(value, frozenset | tuple | list):
         return "; ".join(_group(g) for g in value) or "none"
     return _name(value)
@@ -170,8 +174,8 @@ def _flush(before: State, after: State) -> str:
 
 
 def _take(before: State, after: State) -> str:
-    got = set(after["taken"]) - set(before["taken"])
-    return f"the worker takes {_groups(tuple(sorted(got, key=str)))}"
+    got = frozenset(after["taken"]) - frozenset(before["taken"])
+    return f"the worker takes {_groups(got)}"
 
 
 def _published(before: State, after: State) -> str:
@@ -184,10 +188,10 @@ def _published(before: State, after: State) -> str:
 def _drain(before: State, after: State) -> str:
     head = before["resq"][0]
     if isinstance(head, dict) and head.get("kind") == "died":
-        failed = _groups(tuple(sorted(before.get("open", ()), key=str)))
-        head = f"the worker's death marker: every open group fails ({failed})"
-        return f"{head}; " + (", ".join(_effects(before, after)) or "nothing applied")
-    return f"{_outcome(head)}; " + (", ".join(_effects(before, after)) or "nothing applied")
+        said = f"the worker's death marker: every open group fails ({_groups(before.get('open', frozenset()))})"
+    else:
+        said = _outcome(head)
+    return f"{said}; " + (", ".join(_effects(before, after)) or "nothing applied")
 
 
 def _effects(before: State, after: State) -> list[str]:
