@@ -26,7 +26,6 @@ Nothing here asserts a timing.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from kvprobe.backends.process import ProcessBackend
 from kvprobe.metrics import MeteredCore, MeteredManager
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
-__all__ = ["Series", "delay_samples", "lookup_delay", "rate_series", "scheduler_rate", "tlc_cost", "tlc_series"]
+__all__ = ["Series", "delay_samples", "lookup_delay", "rate_series", "scheduler_rate", "tlc_cost"]
 
 IDLE_LABEL = "idle (nothing in flight)"
 
@@ -262,66 +261,17 @@ def lookup_delay(quick: bool) -> tuple[list[Row], dict[str, Any]]:
 
 # --- TLC distinct states over time -------------------------------------------------------
 
-# A config whose first comment line says "(long)" (liveness2, deep) runs only
-# with ``long``, as in bench.tlc_cost.
-_LONG = re.compile(r"\(long\)")
-_STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
-
-
-def tlc_series(quick: bool, long: bool = False) -> list[dict[str, Any]]:
-    """Per config (as ``bench.tlc_cost`` selects them): TLC's result and its (seconds, distinct) progress points."""
-    from kvprobe.tlc import MSG_PROGRESS, MSG_STATS, run_tlc, tla_dir
-
-    folder = tla_dir()
-    out: list[dict[str, Any]] = []
-    for cfg in sorted(folder.glob("*.cfg")):
-        first = cfg.read_text().splitlines()[0]
-        if "reachability" in first or (quick and cfg.stem != "default") or (_LONG.search(first) and not long):
-            continue
-        points: list[tuple[float, int]] = []
-        t0 = time.monotonic()
-
-        def note(msg: Any, points: list[tuple[float, int]] = points, t0: float = t0) -> None:
-            if msg.code in (MSG_PROGRESS, MSG_STATS):
-                found = _STATS.search(msg.text)
-                if found:
-                    points.append((round(time.monotonic() - t0, 3), int(found.group(2).replace(",", ""))))
-
-        try:
-            result = run_tlc(folder / "MC.tla", cfg, workers=1, on_message=note)
-        except Exception as exc:  # a missing Java or jar is a row, not a crash
-            out.append({"config": cfg.stem, "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        wall = time.monotonic() - t0
-        out.append(
-            {
-                "config": cfg.stem,
-                "outcome": result.outcome,
-                "distinct": result.distinct,
-                "generated": result.generated,
-                "depth": result.depth,
-                "wall_s": round(wall, 3),
-                "points": points,
-            }
-        )
-    return out
-
 
 def tlc_cost(quick: bool) -> tuple[list[Row], dict[str, Any]]:
     """Rows for each TLC config and for Hypothesis (``bench.tlc_cost``'s report), and the raw per-config progress."""
-    from bench.tlc_cost import hypothesis_rate
+    from bench.tlc_cost import hypothesis_rate, tlc_costs
     from bench.tlc_cost import report as tlc_report
 
-    configs = tlc_series(quick)
+    configs = tlc_costs(quick)
     hyp = hypothesis_rate()
-    # A simulation (deep.cfg) reports no distinct count: 0 in the table, None in the raw data.
-    counted = [
-        c if "error" in c else {**c, "distinct": c["distinct"] or 0, "generated": c["generated"] or 0} for c in configs
-    ]
-    rated = [c if "error" in c else {**c, "states_per_s": c["distinct"] / (c["wall_s"] or 1)} for c in counted]
     raw = {"configs": configs, "hypothesis": hyp}
     try:
-        text = tlc_report(rated, hyp)
+        text = tlc_report(configs, hyp)
     except Exception as exc:  # a table it cannot print must not lose the measurements
         return [Row("model checking", "TLC table", "n/a", f"{type(exc).__name__}: {exc}"[:100])], raw
     rows = rows_from_output("model checking", text, 0)

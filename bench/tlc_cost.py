@@ -19,6 +19,7 @@ Run: ``python -m bench.tlc_cost [--quick]``.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -27,23 +28,55 @@ from typing import Any
 
 from bench.common import Row
 
-__all__ = ["hypothesis_rate", "main", "rows", "tlc_costs"]
+__all__ = ["hypothesis_rate", "main", "rows", "selected_configs", "tlc_costs"]
+
+_STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
 
 
-def tlc_costs(quick: bool, workers: int = 1, long: bool = False) -> list[dict[str, Any]]:
-    try:
-        from kvprobe.tlc import run_tlc, tla_dir
-    except ImportError as exc:
-        return [{"config": "-", "error": f"kvprobe.tlc not available: {exc}"}]
-    folder = tla_dir()
-    out: list[dict[str, Any]] = []
-    for cfg in sorted(folder.glob("*.cfg")):
+def selected_configs(quick: bool, long: bool = False) -> list[Path]:
+    """The ``tla/*.cfg`` files a cost run measures, in name order.
+
+    Not the reachability config (its witnesses are meant to fail); with
+    ``quick`` only ``default``; a config whose first line says "(long)" only
+    with ``long``.
+    """
+    from kvprobe.tlc import tla_dir
+
+    chosen = []
+    for cfg in sorted(tla_dir().glob("*.cfg")):
         first = cfg.read_text().splitlines()[0]
         if "reachability" in first or (quick and cfg.stem != "default") or ("(long)" in first and not long):
             continue
+        chosen.append(cfg)
+    return chosen
+
+
+def tlc_costs(quick: bool, workers: int = 1, long: bool = False) -> list[dict[str, Any]]:
+    """Per selected config: TLC's result, wall time, distinct states per second and its progress.
+
+    ``points`` are (seconds, distinct states) from TLC's progress reports,
+    the series ``bench.plots`` draws.  A config TLC cannot run (no Java, no
+    jar) is a row with ``error`` rather than an exception.
+    """
+    try:
+        from kvprobe.tlc import MSG_PROGRESS, MSG_STATS, run_tlc, tla_dir
+
+        configs = selected_configs(quick, long)
+    except ImportError as exc:
+        return [{"config": "-", "error": f"kvprobe.tlc not available: {exc}"}]
+    out: list[dict[str, Any]] = []
+    for cfg in configs:
+        points: list[tuple[float, int]] = []
         t0 = time.perf_counter()
+
+        def note(msg: Any, points: list[tuple[float, int]] = points, t0: float = t0) -> None:
+            if msg.code in (MSG_PROGRESS, MSG_STATS):
+                found = _STATS.search(msg.text)
+                if found:
+                    points.append((round(time.perf_counter() - t0, 3), int(found.group(2).replace(",", ""))))
+
         try:
-            res = run_tlc(folder / "MC.tla", Path(cfg), workers=workers)
+            res = run_tlc(tla_dir() / "MC.tla", cfg, workers=workers, on_message=note)
         except Exception as exc:  # a missing Java or jar is a row, not a crash
             out.append({"config": cfg.stem, "error": f"{type(exc).__name__}: {exc}"})
             continue
@@ -55,8 +88,9 @@ def tlc_costs(quick: bool, workers: int = 1, long: bool = False) -> list[dict[st
                 "distinct": res.distinct,
                 "generated": res.generated,
                 "depth": res.depth,
-                "wall_s": wall,
+                "wall_s": round(wall, 3),
                 "states_per_s": (res.distinct or 0) / wall if wall else 0.0,
+                "points": points,
             }
         )
     return out
