@@ -33,11 +33,12 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from kvprobe.testing.s3server import LocalS3Server, S3ServerError, free_port
 
-__all__ = ["INSTALL_HINT", "REQUIRE_ENV", "RgwServer", "rgw_missing", "rgw_required"]
+__all__ = ["INSTALL_HINT", "REQUIRE_ENV", "RgwServer", "rgw_missing", "rgw_required", "running_rgw", "skip_or_fail"]
 
 INSTALL_HINT = "apt-get install -y --no-install-recommends ceph-mon ceph-osd radosgw ceph-common"
 #: Set to 1 (CI does) to make a test that would skip for want of Ceph fail instead.
@@ -56,6 +57,34 @@ def rgw_missing() -> str | None:
 def rgw_required() -> bool:
     """True when ``KVPROBE_REQUIRE_RGW=1``: a missing Ceph is then a failure, not a skip."""
     return os.environ.get(REQUIRE_ENV, "") == "1"
+
+
+def skip_or_fail(why: str | None) -> None:
+    """In a test: nothing when ``why`` is None, else skip with ``why``, or fail under ``KVPROBE_REQUIRE_RGW=1``."""
+    if why is None:
+        return
+    import pytest
+
+    if rgw_required():
+        pytest.fail(f"{REQUIRE_ENV}=1 but {why}", pytrace=False)
+    pytest.skip(why)
+
+
+@contextlib.contextmanager
+def running_rgw(why_missing: str | None = None) -> Iterator[RgwServer]:
+    """A started :class:`RgwServer` for a test fixture, stopped (by its pids) afterwards.
+
+    ``why_missing``: the caller's own reason the tests cannot run (None: ask
+    :func:`rgw_missing`); the test is skipped or failed as
+    :func:`skip_or_fail` says.
+    """
+    skip_or_fail(why_missing if why_missing is not None else rgw_missing())
+    server = RgwServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def _config(root: str, fsid: str, mon_port: int, gateway_port: int) -> str:

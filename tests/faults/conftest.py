@@ -38,19 +38,10 @@ def rgw() -> Iterator[Any]:
     Skips with one line naming the install command when Ceph is missing, or
     fails instead under ``KVPROBE_REQUIRE_RGW=1``.
     """
-    from kvprobe.testing.rgw import RgwServer, rgw_missing, rgw_required
+    from kvprobe.testing.rgw import running_rgw
 
-    why = rgw_missing()
-    if why is not None:
-        if rgw_required():
-            pytest.fail(f"KVPROBE_REQUIRE_RGW=1 but {why}", pytrace=False)
-        pytest.skip(why)
-    server = RgwServer()
-    server.start()
-    try:
+    with running_rgw() as server:
         yield server
-    finally:
-        server.close()
 
 
 BEGIN, END = "<!-- faults:begin -->", "<!-- faults:end -->"

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from bench import chaos, chaos_s3
 from kvprobe.statemachine import LookupCore
-from kvprobe.testing.rgw import rgw_required
+from kvprobe.testing.rgw import skip_or_fail
 
 # The campaign kills dispatcher threads on purpose (a SystemExit in the thread).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
@@ -35,10 +35,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExc
 @pytest.fixture(scope="module")
 def obj_tier() -> Iterator[chaos_s3.ObjTier]:
     why = chaos_s3.objstore_unavailable()
-    if why is not None:
-        if rgw_required():
-            pytest.fail(f"KVPROBE_REQUIRE_RGW=1 but the S3 part of the campaign cannot run: {why}", pytrace=False)
-        pytest.skip(f"S3 part of the chaos campaign not run: {why}")
+    skip_or_fail(None if why is None else f"the S3 part of the chaos campaign cannot run: {why}")
     tier = chaos_s3.ObjTier(chaos.stored_keys() + chaos_s3.recovery_keys(8))
     try:
         yield tier

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integ_harness import BACKENDS, make_obj_backend, skip_unless_rgw
+from integ_harness import BACKENDS, make_obj_backend, s3_missing
 
 from kvprobe.backends import FsBackend
 
@@ -32,15 +32,10 @@ _bucket_ids = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def _s3_session() -> Iterator[Any]:
-    skip_unless_rgw()
-    from kvprobe.testing.rgw import RgwServer
+    from kvprobe.testing.rgw import running_rgw
 
-    server = RgwServer()
-    server.start()
-    try:
+    with running_rgw(s3_missing()) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

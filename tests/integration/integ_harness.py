@@ -41,13 +41,9 @@ def moto_missing() -> str | None:
 
 def skip_unless_rgw() -> None:
     """Skip (one line: how to install) when RGW cannot run; fail instead under ``KVPROBE_REQUIRE_RGW=1``."""
-    from kvprobe.testing.rgw import rgw_required
+    from kvprobe.testing.rgw import skip_or_fail
 
-    why = s3_missing()
-    if why is not None:
-        if rgw_required():
-            pytest.fail(f"KVPROBE_REQUIRE_RGW=1 but {why}", pytrace=False)
-        pytest.skip(why)
+    skip_or_fail(s3_missing())
 
 
 requires_nixl = pytest.mark.skipif(nixl_missing() is not None, reason=f"NIXL not importable: {nixl_missing()}")
