@@ -11,6 +11,8 @@ contract (docs/vllm.md).
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from vllm_harness import SetTier, hold_in_flight, raise_after, settle
 
 from kvprobe.integrations.vllm import AsyncLookupManager, LookupResult, PrefixVerdict, as_lookup_result
 from kvprobe.statemachine import LookupPhase, ManagerClosedError, ReqContext
-from kvprobe.statemachine.types import InvalidInputError
+from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 
 A, B, C, D, E = (bytes([i]) * 16 + i.to_bytes(4, "big") for i in range(1, 6))
 R1, R2 = ReqContext("r1"), ReqContext("r2")
@@ -214,6 +216,42 @@ def test_a_timeout_extra_resolves_a_hung_call_as_miss() -> None:
         assert t.gate is not None
         t.gate.set()
         t.shutdown()
+
+
+@pytest.mark.parametrize(("groups", "b_answered"), [(None, True), (1, False)])
+def test_a_slow_group_holds_back_another_only_when_groups_run_one_at_a_time(
+    groups: int | None, b_answered: bool
+) -> None:
+    extras = {} if groups is None else {"max_concurrent_groups": groups}
+    t = SetTier(stored={A, B}, **extras)
+    slow = threading.Event()
+
+    def answer(keys: list[bytes]) -> list[bool]:
+        if A in keys:
+            slow.wait(10)
+        return [k in t.stored for k in keys]
+
+    t.answer = answer
+    try:
+        t.lookup(A, R1)
+        t.flush()
+        t.lookup(B, R2)
+        t.flush()
+        deadline = time.monotonic() + (5.0 if b_answered else 0.3)
+        while t.lookup(B, R2) is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert (t.lookup(B, R2) is True) is b_answered
+        assert t.lookup(A, R1) is None  # still held
+    finally:
+        slow.set()
+        t.shutdown()
+
+
+def test_the_concurrency_extra_is_checked() -> None:
+    with pytest.raises(InvalidValueError, match="max_concurrent_groups"):
+        SetTier(max_concurrent_groups=0)
+    with pytest.raises(InvalidInputError, match="max_concurrent_groups"):
+        SetTier(max_concurrent_groups="4")
 
 
 def test_shutdown_reclaims_everything_and_later_calls_raise(tier: SetTier) -> None:

@@ -24,6 +24,7 @@ from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager
 from kvprobe.statemachine.manager import WorkerChoice
 from kvprobe.statemachine.trace import TraceSink
 from kvprobe.statemachine.types import HasReqId, InvalidInputError, Key, Stats
+from kvprobe.statemachine.workers import DEFAULT_CONCURRENT_GROUPS
 
 __all__ = ["AsyncLookupManager"]
 
@@ -71,6 +72,9 @@ class AsyncLookupManager(abc.ABC):
         max_stuck_calls: kvprobe extra (concurrency bound).  With a timeout,
             how many calls may run on past it, each on its own thread, before
             further groups fail at once as MISS.
+        max_concurrent_groups: kvprobe extra.  How many request groups'
+            ``batch_lookup`` calls the worker runs at once, so one slow group
+            holds back no other (vLLM runs them one after another: 1).
         shutdown_timeout_s: kvprobe extra.  How long :meth:`shutdown` waits for
             a running call (vLLM waits for ever).
         worker: kvprobe extra: ``"thread"`` (default, one background thread
@@ -84,7 +88,8 @@ class AsyncLookupManager(abc.ABC):
     Raises:
         InvalidInputError: ``tier_type`` is not a string, or a number
             argument is not a number.
-        InvalidValueError: a timeout is not positive and finite.
+        InvalidValueError: a timeout is not positive and finite, or a count
+            is below 1.
     """
 
     def __init__(
@@ -93,6 +98,7 @@ class AsyncLookupManager(abc.ABC):
         *,
         lookup_timeout_s: float | None = None,
         max_stuck_calls: int = 4,
+        max_concurrent_groups: int = DEFAULT_CONCURRENT_GROUPS,
         shutdown_timeout_s: float = 5.0,
         worker: WorkerChoice = "thread",
         checked: bool = False,
@@ -111,6 +117,7 @@ class AsyncLookupManager(abc.ABC):
             lookup_timeout_s=lookup_timeout_s,
             worker=worker,
             max_stuck_calls=max_stuck_calls,
+            max_concurrent_groups=max_concurrent_groups,
             checked=checked,
             trace=trace,
             shutdown_timeout_s=shutdown_timeout_s,
