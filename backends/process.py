@@ -53,7 +53,7 @@ from typing import Any
 
 from kvprobe.backends.base import Backend, Key
 
-__all__ = ["DEFAULT_CALL_TIMEOUT_S", "HelperProcessError", "ProcessBackend"]
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_HELPER_NICE", "HelperProcessError", "ProcessBackend"]
 
 # Reply status bytes (first byte of every message from a helper).
 _OK = 0
@@ -71,6 +71,10 @@ _COUNT = struct.Struct("<I")
 #: killed and replaced.  Far above any healthy call (a 3,600-key stat loop
 #: takes milliseconds; 2,000 S3 HEADs about a second), far below "for ever".
 DEFAULT_CALL_TIMEOUT_S = 10.0
+#: Helpers run this much nicer than the manager's process: with four groups
+#: probed at once on two cores, equal-priority helpers left the scheduler
+#: thread about half its lookup rate (``python -m bench.starvation_commits``).
+DEFAULT_HELPER_NICE = 10
 _DEFAULT_MAX_PROCS = 2
 
 
@@ -117,8 +121,10 @@ def _error_reply(exc: BaseException) -> bytes:
         return bytes([_RAISED_UNPICKLABLE]) + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
 
 
-def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level: int) -> None:
+def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level: int, nice: int) -> None:
     """The helper process: build the backend, then answer lookups until told to stop."""
+    if nice:
+        os.nice(nice)
     # A spawned process starts with fresh logging: carry over the manager
     # process's logging.disable() level, so that e.g. NIXL's INFO line per
     # agent stays as quiet in the helper as the caller asked it to be here.
@@ -199,6 +205,12 @@ class ProcessBackend:
             holds its slot until ``close``).
         start_timeout_s: how long starting a helper (importing and calling
             ``factory``) may take.
+        helper_nice: how much lower the helpers' CPU priority is than the
+            manager's process (``os.nice``, 0 to 19; default
+            :data:`DEFAULT_HELPER_NICE`).  With several groups probed at once
+            the helpers can outnumber the cores; niced, they leave the
+            scheduler thread its core and use what it does not.  0 keeps them
+            at the manager's priority (they then take an equal share).
 
     The first helper is started here, so a factory that fails does so now.
     In a child process after ``os.fork()`` the parent's helpers are left to
@@ -209,7 +221,8 @@ class ProcessBackend:
     Raises:
         TypeError: ``factory`` is not callable or does not pickle, or what it
             builds has no callable ``batch_lookup``.
-        ValueError: ``max_procs`` or a timeout is not positive.
+        ValueError: ``max_procs`` or a timeout is not positive, or
+            ``helper_nice`` is not an int from 0 to 19.
         HelperProcessError: the helper did not start in time, or exited.
         Exception: whatever ``factory()`` raised in the helper (re-raised
             here when it pickles, else as :class:`HelperProcessError`).
@@ -222,6 +235,7 @@ class ProcessBackend:
         max_procs: int | None = None,
         call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
         start_timeout_s: float = 120.0,
+        helper_nice: int = DEFAULT_HELPER_NICE,
     ) -> None:
         if not callable(factory):
             raise TypeError(f"factory must be callable, got {type(factory).__name__}")
@@ -239,7 +253,10 @@ class ProcessBackend:
                 isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf")
             ):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if isinstance(helper_nice, bool) or not isinstance(helper_nice, int) or not 0 <= helper_nice <= 19:
+            raise ValueError(f"helper_nice must be an int from 0 to 19, got {helper_nice!r}")
         self.factory = factory
+        self.helper_nice = helper_nice
         self._follows_manager = max_procs is None
         self.max_procs = _DEFAULT_MAX_PROCS if max_procs is None else max_procs
         self.call_timeout_s = call_timeout_s
@@ -383,7 +400,10 @@ class ProcessBackend:
     def _start(self) -> tuple[_Helper, str]:
         mine, theirs = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=_serve, args=(theirs, self.factory, logging.root.manager.disable), name="kvprobe-helper", daemon=True
+            target=_serve,
+            args=(theirs, self.factory, logging.root.manager.disable, self.helper_nice),
+            name="kvprobe-helper",
+            daemon=True,
         )
         process.start()
         theirs.close()

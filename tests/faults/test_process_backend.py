@@ -51,6 +51,7 @@ from helper_backends import (
 )
 
 from kvprobe.backends import FsBackend, HelperProcessError, ProcessBackend
+from kvprobe.backends.process import DEFAULT_HELPER_NICE
 from kvprobe.statemachine import AsyncLookupManager, FailureKind
 
 #: Bound on anything a test waits for (a helper starting, a thread returning);
@@ -168,6 +169,31 @@ def scripted(tier: Tier) -> Iterator[ProcessBackend]:
 def _own(tier: Tier, **kwargs: Any) -> ProcessBackend:
     """A ProcessBackend of this test's own (for tests that kill, hang or close helpers)."""
     return ProcessBackend(scripted_factory(tier.root, log=tier.log), **kwargs)
+
+
+# --- priority --------------------------------------------------------------------------
+
+
+def _nice_of(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
+
+
+def test_helpers_run_helper_nice_below_the_managers_priority(tier: Tier, fs_helper: ProcessBackend) -> None:
+    # The scheduler keeps its core only if every helper, the first and those
+    # started later for concurrent calls, is niced.
+    assert fs_helper.helper_nice == DEFAULT_HELPER_NICE > 0
+    fs_helper.start_helpers(2)
+    pids = fs_helper.helper_pids
+    assert len(pids) == 2
+    assert {_nice_of(pid) for pid in pids} == {min(19, _nice_of(0) + DEFAULT_HELPER_NICE)}
+
+
+@pytest.mark.parametrize("nice", [0, 3])
+def test_helper_nice_is_what_the_caller_asked(tier: Tier, nice: int) -> None:
+    with ProcessBackend(partial(FsBackend, str(tier.root)), helper_nice=nice) as backend:
+        (pid,) = backend.helper_pids
+        assert _nice_of(pid) == min(19, _nice_of(0) + nice)
+        assert backend.batch_lookup([tier.stored[1]], None) == [True]
 
 
 # --- verdicts ------------------------------------------------------------------------
@@ -484,6 +510,10 @@ def test_a_lambda_factory_is_refused_before_any_process_starts(tier: Tier) -> No
         {"call_timeout_s": True},
         {"start_timeout_s": 0.0},
         {"start_timeout_s": float("inf")},
+        {"helper_nice": -1},
+        {"helper_nice": 20},
+        {"helper_nice": 2.0},
+        {"helper_nice": True},
     ],
     ids=repr,
 )
