@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Sequence
 from io import BytesIO
 
-__all__ = ["main", "parse_ratios"]
+__all__ = ["checkout", "main", "parse_ratios", "run_probe"]
 
 # Run in each checkout: bench.hotpath's own measurement, its two summary
 # ratios at full precision (its table rounds them to 0.01, too coarse for 2 %).
@@ -71,7 +71,12 @@ def _archive(rev: str, into: str, paths: Sequence[str] = ()) -> None:
         tar.extractall(into, filter="tar") if sys.version_info >= (3, 12) else tar.extractall(into)
 
 
-def _checkout(rev: str, bench_rev: str, root: str) -> str:
+def checkout(rev: str, bench_rev: str, root: str) -> str:
+    """A copy of ``rev``'s tree (or ``dir:PATH``) under ``root`` with ``bench/`` from ``bench_rev``; its path.
+
+    Raises:
+        subprocess.CalledProcessError: git cannot archive ``rev`` or ``bench_rev``.
+    """
     tree = os.path.join(root, re.sub(r"[^A-Za-z0-9]", "_", rev))
     if rev.startswith("dir:"):  # a tree prepared by hand (a variant no commit holds)
         shutil.copytree(rev[4:], tree, symlinks=True)
@@ -83,13 +88,23 @@ def _checkout(rev: str, bench_rev: str, root: str) -> str:
     return tree
 
 
-def _run(tree: str, steps: int, repeats: int) -> dict[str, float]:
+def run_probe(tree: str, code: str) -> str:
+    """Run ``code`` in a fresh interpreter importing only ``tree``; its standard output.
+
+    Raises:
+        RuntimeError: the probe exited non-zero (its last 800 characters of stderr).
+    """
     env = {**os.environ, "PYTHONPATH": tree}
-    argv = [sys.executable, "-c", _PROBE.format(steps=steps, repeats=repeats)]
-    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
-    ratios = parse_ratios(done.stdout)
-    if done.returncode != 0 or len(ratios) != 2:
-        raise RuntimeError(f"bench.hotpath in {tree} failed ({done.returncode}): {done.stderr[-800:]}")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"probe in {tree} failed ({done.returncode}): {done.stderr[-800:]}")
+    return done.stdout
+
+
+def _run(tree: str, steps: int, repeats: int) -> dict[str, float]:
+    ratios = parse_ratios(run_probe(tree, _PROBE.format(steps=steps, repeats=repeats)))
+    if len(ratios) != 2:
+        raise RuntimeError(f"bench.hotpath in {tree} printed no ratios")
     return ratios
 
 
@@ -106,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_rev = args.bench_rev or args.revs[0]
     results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revs}
     with tempfile.TemporaryDirectory(prefix="kvprobe-hotpath-commits-") as root:
-        trees = {rev: _checkout(rev, bench_rev, root) for rev in args.revs}
+        trees = {rev: checkout(rev, bench_rev, root) for rev in args.revs}
         for rnd in range(args.rounds):
             shift = rnd % len(args.revs)
             for rev in args.revs[shift:] + args.revs[:shift]:

@@ -16,7 +16,11 @@ strings are still built in Python), for ``FsBackend`` (a pure-Python
 ``ChunkedFs``, FsBackend with a ``time.sleep(0)`` every ``chunk`` keys (a
 sketch of in-thread chunking, kept for comparison), and for both file
 backends behind :class:`~kvprobe.backends.process.ProcessBackend`, which
-makes the same calls in a helper process.
+makes the same calls in helper processes (niced: ``helper_nice``).  The
+manager runs its default ``max_concurrent_groups`` (4 groups at once), and
+one row, ``NixlPosixBackend, 1 group at a time``, runs NIXL POSIX with
+``max_concurrent_groups=1``: on the worker thread, groups probed at once
+hold the GIL together, and that row shows what it costs.
 
 A control row, ``control: GIL-free C``, runs a backend that spends about
 ``control_us`` per key hashing a buffer with ``hashlib`` (which drops the GIL)
@@ -58,7 +62,7 @@ from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
-__all__ = ["DEFAULT", "SLOW", "ChunkedFs", "main", "measure", "resolve_hot_keys", "rows"]
+__all__ = ["DEFAULT", "ONE_GROUP", "SLOW", "ChunkedFs", "main", "measure", "resolve_hot_keys", "rows"]
 
 
 class GilFreeControl:
@@ -161,15 +165,15 @@ def _warm_up(m: AsyncLookupManager, backend: Any, keys: Sequence[bytes], groups:
 
 
 def _one(
-    backend: Any, keys: Sequence[bytes], groups: int, repeats: int, idle_s: float
+    backend: Any, keys: Sequence[bytes], groups: int, repeats: int, idle_s: float, **manager_kwargs: Any
 ) -> list[tuple[float, float, float]]:
-    """[(idle rate, busy rate, busy seconds)] per repetition."""
+    """[(idle rate, busy rate, busy seconds)] per repetition; ``manager_kwargs`` go to the manager."""
     out = []
     hot_ctx = ReqContext("hot")
     hot = keys[:256]
     big = keys[256:]
     per = -(-len(big) // groups)
-    with AsyncLookupManager(backend, name="starvation") as m:
+    with AsyncLookupManager(backend, name="starvation", **manager_kwargs) as m:
         pairs = resolve_hot_keys(m, hot, hot_ctx)
         _warm_up(m, backend, big, groups)
         for rep in range(repeats):
@@ -188,9 +192,13 @@ def _one(
     return out
 
 
+#: The in-thread NIXL path with groups probed one at a time (the manager's
+#: ``max_concurrent_groups=1``): what concurrency costs a GIL-holding backend.
+ONE_GROUP = "NixlPosixBackend, 1 group at a time"
 #: What the issue asks side by side (cheap: a window is well under a second).
 DEFAULT = (
     "NixlPosixBackend",
+    ONE_GROUP,
     "NixlPosix chunked(512)",
     "ProcessBackend(NixlPosixBackend)",
     "ProcessBackend(FsBackend)",
@@ -199,13 +207,12 @@ DEFAULT = (
 #: Pure-Python stat loops on the worker thread: ~35 s per 40,000-file window here.
 SLOW = ("FsBackend", "ChunkedFs(256)")
 
-#: The README's figures (busy/idle median (min-max)) from an earlier run, to compare against.
+#: The README's figures (busy/idle medians of three runs of ``bench.starvation_commits``), to compare against.
 README_FIGURES = {
-    "NixlPosixBackend": "0.60 (0.53-0.69)",
-    "NixlPosix chunked(512)": "0.72",
-    "ProcessBackend(NixlPosixBackend)": "1.05 (0.76-1.51)",
-    "ProcessBackend(FsBackend)": "0.96 (0.75-1.15)",
-    "control: GIL-free C": "1.07",
+    "NixlPosixBackend": "0.25-0.35",
+    ONE_GROUP: "0.71",
+    "ProcessBackend(NixlPosixBackend)": "0.81-0.84",
+    "ProcessBackend(FsBackend)": "0.84-0.85",
 }
 
 
@@ -228,6 +235,7 @@ def measure(
     with block_tree(n_keys + 256) as (root, keys):
         makers: dict[str, Callable[[], Any]] = {
             "NixlPosixBackend": lambda: NixlPosixBackend(root),
+            ONE_GROUP: lambda: NixlPosixBackend(root),
             "NixlPosix chunked(512)": lambda: chunked_nixl(root, 512),
             "ProcessBackend(NixlPosixBackend)": lambda: ProcessBackend(partial(NixlPosixBackend, root)),
             "FsBackend": lambda: FsBackend(root),
@@ -248,8 +256,9 @@ def measure(
             shift = rnd % len(chosen)
             for name in chosen[shift:] + chosen[:shift]:
                 backend = makers[name]()
+                kwargs = {"max_concurrent_groups": 1} if name == ONE_GROUP else {}
                 try:
-                    results[name] += _one(backend, keys, groups, 1, idle_s)
+                    results[name] += _one(backend, keys, groups, 1, idle_s, **kwargs)
                 finally:
                     close = getattr(backend, "close", None)
                     if close is not None:
@@ -274,7 +283,7 @@ def report(results: dict[str, list[tuple[float, float, float]]], n_keys: int, gr
     lines = [
         f"{n_keys} files in {groups} request groups per busy window; median of {rounds} interleaved rounds\n",
         "| backend | busy/idle lookup rate, median (min-max) | / control, same round (median) "
-        "| README (earlier run) | idle lookups/s | busy window s (median) |",
+        "| README (medians of earlier runs) | idle lookups/s | busy window s (median) |",
         "|---|---|---|---|---|---|",
     ]
     for name, res in results.items():
