@@ -77,8 +77,9 @@ class AsyncLookupManager(abc.ABC):
             holds back no other (vLLM runs them one after another: 1).
         shutdown_timeout_s: kvprobe extra.  How long :meth:`shutdown` waits for
             a running call (vLLM waits for ever).
-        worker: kvprobe extra: ``"thread"`` (default, one background thread
-            as in vLLM), ``"manual"`` for tests, or a kvprobe ``Worker``.
+        worker: kvprobe extra: ``"thread"`` (default: a dispatcher thread
+            and a caller thread per running call, where vLLM has one
+            background thread), ``"manual"`` for tests, or a kvprobe ``Worker``.
         checked: kvprobe extra: check the one-thread rule and every invariant
             after each call (slow; tests and debugging).
         trace: kvprobe extra: a trace sink (see ``kvprobe.statemachine.trace``).
