@@ -16,7 +16,8 @@ no lock).  It touches nothing else of the manager.
   drops it) and its caller goes back to work.  The shape it follows (states,
   actions, death marker) is ``docs/worker.md``.
 * :class:`ManualWorker` lets tests pump the worker step by step: take a batch,
-  complete, fail or time out any group, in any order.
+  complete, fail, time out or saturate any group, die with or without the
+  death marker, in any order.
 """
 
 from __future__ import annotations
@@ -532,17 +533,39 @@ class ManualWorker:
 
     ``submitted`` is the submission queue (batches not yet taken); ``taken``
     holds the groups of taken batches that have no outcome yet (or only a
-    timeout, so that a late answer can still be delivered).
+    timeout, so that a late answer can still be delivered); ``timed_out``
+    are those of them whose call is stuck.  ``stray`` holds the stuck calls of
+    an earlier life of the worker (before a death, or before a revival): as in
+    the model, a stuck call outlives its dispatcher and may still answer late.
+
+    Args:
+        max_stuck_calls: the bound of :meth:`saturate` (the threaded worker's
+            ``max_stuck_calls``); None: no bound, nothing saturates.  With a
+            bound, every trace event of the worker also records ``stuck`` and
+            ``max_stuck``, as the threaded worker's do.
+
+    Raises:
+        InvalidInputError: ``max_stuck_calls`` is not an int.
+        InvalidValueError: ``max_stuck_calls`` is below 1.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_stuck_calls: int | None = None) -> None:
+        self.max_stuck_calls = None if max_stuck_calls is None else check_count("max_stuck_calls", max_stuck_calls)
         self.submitted: deque[Batch] = deque()
         self.taken: dict[int, ProbeGroup] = {}
         self.timed_out: set[int] = set()
+        self.stray: dict[int, ProbeGroup] = {}
+        #: Whether the worker died publishing its death marker (until it is started again).
+        self.marker_published = False
         self._backend: Backend | None = None
         self._publish: Publish = _discard
         self._alive = False
         self._trace: WorkerTracer | None = None
+
+    @property
+    def stuck_calls(self) -> int:
+        """Calls stuck past their timeout: this life's (``timed_out``) and earlier ones' (``stray``)."""
+        return len(self.timed_out) + len(self.stray)
 
     def start(self, backend: Backend, publish: Publish) -> None:
         revived = self._backend is not None
@@ -550,9 +573,10 @@ class ManualWorker:
         self._publish = publish
         self._trace = worker_tracer(publish)
         self._alive = True
+        self.marker_published = False
+        self._set_stuck_aside()
         self.submitted.clear()
         self.taken.clear()
-        self.timed_out.clear()
         if revived:
             self._log("Revive")
 
@@ -571,14 +595,27 @@ class ManualWorker:
         """Die: the worker ends with everything it holds.
 
         With ``publish_marker`` it publishes the death marker, as the threaded
-        worker's dispatcher does (``docs/worker.md``): the core's next drain,
-        a ``lookup`` included, fails every open group.  Without it the death
-        is noticed only at the next ``flush``/``drain_results`` (Revive).
+        worker's dispatcher does (``docs/worker.md``, the model's ``Die``): its
+        queue and running calls are lost (the lists are emptied), its stuck
+        calls move to ``stray``, and the core's next drain, a ``lookup``
+        included, fails every open group.  Without it the worker keeps what it
+        held and the death is noticed only at the next ``flush``/``drain_results``
+        (Revive).
         """
         self._alive = False
         if publish_marker:
+            self._set_stuck_aside()
+            self.submitted.clear()
+            self.taken.clear()
+            self.marker_published = True
             self._publish(death_marker("manual worker died"))
             self._log("Die")
+
+    def _set_stuck_aside(self) -> None:
+        # The stuck calls outlive this life of the worker; the rest of ``taken`` is lost.
+        for gid in sorted(self.timed_out):
+            self.stray[gid] = self.taken.pop(gid)
+        self.timed_out.clear()
 
     def take_batch(self) -> Batch | None:
         """TakeBatch: move the oldest submitted batch into ``taken``."""
@@ -590,12 +627,17 @@ class ManualWorker:
         self._log("TakeBatch", batch=batch.batch_id, groups=[g.group_id for g in batch.groups])
         return batch
 
+    def _is_stuck(self, group: ProbeGroup) -> bool:
+        return group.group_id in self.timed_out or group.group_id in self.stray
+
     def complete(self, group: ProbeGroup, verdicts: Sequence[bool] | None = None) -> GroupOutcome:
         """CompleteGroup: publish the backend's answer (or the given verdicts).
 
-        After :meth:`time_out` the answer is published as ``late``.
+        After :meth:`time_out` (a stuck call, also one of ``stray``) the answer
+        is published as ``late`` (LateAnswer).  Raises ``ValueError`` if the
+        group is neither taken nor stuck, or for a wrong number of verdicts.
         """
-        late = group.group_id in self.timed_out
+        late = self._is_stuck(group)
         if verdicts is None:
             assert self._backend is not None, "worker not started"
             outcome = probe_group(self._backend, group)
@@ -608,8 +650,11 @@ class ManualWorker:
         return outcome
 
     def fail(self, group: ProbeGroup, failure: FailureKind = FailureKind.RAISED, detail: str = "") -> GroupOutcome:
-        """FailGroup: publish a failure for the group."""
-        late = group.group_id in self.timed_out
+        """FailGroup: publish a failure for the group (late for a stuck call).
+
+        Raises ``ValueError`` if the group is neither taken nor stuck.
+        """
+        late = self._is_stuck(group)
         outcome = self._deliver(group, GroupOutcome(group, None, failure, detail))
         self._log_outcome(outcome, late)
         return outcome
@@ -624,6 +669,25 @@ class ManualWorker:
         self._log("TimeOut", group=group.group_id)
         return outcome
 
+    def saturate(self, group: ProbeGroup) -> GroupOutcome:
+        """Saturate: while ``max_stuck_calls`` calls are stuck, a taken group fails at
+        once as SATURATED, without a backend call (as the threaded worker's
+        dispatcher does instead of starting another call).
+
+        Raises:
+            ValueError: no bound is configured, fewer calls are stuck, or the
+                group is not taken or already timed out (nothing is published).
+        """
+        bound = self.max_stuck_calls
+        if bound is None or self.stuck_calls < bound:
+            raise ValueError(f"Saturate: {self.stuck_calls} calls stuck, the bound is {bound}")
+        if group.group_id not in self.taken or group.group_id in self.timed_out:
+            raise ValueError(f"group {group.group_id} is not taken or already timed out")
+        detail = f"{self.stuck_calls} calls stuck past the timeout (manual)"
+        outcome = self._deliver(group, GroupOutcome(group, None, FailureKind.SATURATED, detail))
+        self._log("Saturate", group=group.group_id)
+        return outcome
+
     def _log_outcome(self, outcome: GroupOutcome, late: bool) -> None:
         if self._trace is not None:
             action = "LateAnswer" if late else "CompleteGroup" if outcome.verdicts is not None else "FailGroup"
@@ -632,17 +696,22 @@ class ManualWorker:
             self._log(action, group=outcome.group.group_id, verdicts=verdicts, failure=failure)
 
     def _log(self, action: str, **fields: object) -> None:
-        """Log a worker action with the groups held after it (taken and not timed out)."""
+        """Log a worker action with the groups held after it (taken and not timed out)
+        and, with a bound, the calls stuck."""
         if self._trace is not None:
             # A dead worker holds nothing: the groups it had are lost.
             held = sorted(set(self.taken) - self.timed_out) if self._alive else []
+            if self.max_stuck_calls is not None:
+                fields.update(stuck=self.stuck_calls, max_stuck=self.max_stuck_calls)
             self._trace.log(action, {**fields, "held": held})
 
     def _deliver(self, group: ProbeGroup, outcome: GroupOutcome) -> GroupOutcome:
-        if self.taken.pop(group.group_id, None) is None:
-            raise ValueError(f"group {group.group_id} was not taken")
-        if group.group_id in self.timed_out:
-            self.timed_out.discard(group.group_id)
+        gid = group.group_id
+        late = gid in self.timed_out or gid in self.stray
+        if self.taken.pop(gid, None) is None and self.stray.pop(gid, None) is None:
+            raise ValueError(f"group {gid} was not taken")
+        self.timed_out.discard(gid)
+        if late:
             outcome = replace(outcome, late=True)
         self._publish(outcome)
         return outcome

@@ -2,8 +2,10 @@
 
 :func:`lookup_machine` builds a machine whose rules are the model actions of
 ``docs/properties.md`` (Lookup, Flush, Drain, Cleanup, MarkMiss, Shutdown;
-the worker's TakeBatch, CompleteGroup, FailGroup in four ways, TimeOut and a
-late answer) plus ground-truth changes (store/remove a block).  Each rule
+the worker's TakeBatch, CompleteGroup, FailGroup in four ways, TimeOut,
+Saturate, a late answer (also from a stuck call of a worker that died), and
+Die with or without the death marker) plus ground-truth changes
+(store/remove a block).  Each rule
 performs the action on a real :class:`~kvprobe.statemachine.AsyncLookupManager`
 and on the reference model (:mod:`kvprobe.spec.model`) and compares what the
 caller can see: return values, ``phase`` and ``len``, the backend calls made,
@@ -271,6 +273,8 @@ class GhostRecorder:
         self.forced: set[tuple[bytes, int]] = set()
         self.moot: set[tuple[bytes, int]] = set()
         self._before: dict[bytes, tuple[LookupPhase, int, bool | None]] = {}
+        #: The open groups after the latest scheduler event (``{req, keys, gens}`` each).
+        self._open: list[dict[str, Any]] = []
         #: Whether events are still recorded and checked (off for the final teardown).
         self.checking = True
 
@@ -300,6 +304,8 @@ class GhostRecorder:
                     was = before.get(pair[0])
                     if was is None or was[0] is not LookupPhase.PENDING or was[1] != gen:
                         self.submitted_not_pending.add(pair)
+        elif action == "Drain" and event["group"] == 0:
+            self._dead_worker_drain(event, before, after)
         elif action == "Drain":
             for hexkey, gen in zip(event["keys"], event["gens"], strict=True):  # type: ignore[call-overload]
                 key = bytes.fromhex(hexkey)
@@ -318,8 +324,30 @@ class GhostRecorder:
                     if was[0] is LookupPhase.IN_FLIGHT:
                         self.moot.add((bytes.fromhex(hexkey), was[1]))
         self._before = after
+        if "open" in event:
+            self._open = event["open"]  # type: ignore[assignment]
         # Validate the trace as it grows: the first divergence fails the step that caused it.
         self.checker.feed(event)
+
+    def _dead_worker_drain(
+        self,
+        event: dict[str, object],
+        before: dict[bytes, tuple[LookupPhase, int, bool | None]],
+        after: dict[bytes, tuple[LookupPhase, int, bool | None]],
+    ) -> None:
+        """The Drain of a dead worker fails every open group at once and names no
+        group: a state it changed had a result applied, of its own generation if
+        one of the groups open before it holds that generation, else a stale one."""
+        pairs = {(bytes.fromhex(k), int(g)) for o in self._open for k, g in zip(o["keys"], o["gens"], strict=True)}
+        for item in event["after"]:  # type: ignore[attr-defined]
+            key = bytes.fromhex(item["key"])
+            was = before.get(key)
+            if was is None or was == after.get(key):
+                continue
+            if (key, was[1]) in pairs:
+                self.applied[(key, was[1])] = self.applied.get((key, was[1]), 0) + 1
+            else:
+                self.stale_applied += 1
 
 
 def _held(phase: LookupPhase | None) -> LookupPhase:
@@ -350,10 +378,18 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
     queue: tuple[tuple[model.Group, ...], ...] = ()
     taken: dict[int, model.Group] = {}
     timed_out: frozenset[int] = frozenset()
-    if isinstance(worker, ManualWorker) and not m.closed:
-        queue = tuple(tuple(_group(g) for g in b.groups) for b in worker.submitted)
-        taken = {gid: _group(g) for gid, g in worker.taken.items()}
-        timed_out = frozenset(worker.timed_out)
+    stray: dict[int, model.Group] = {}
+    marker_published = False
+    if isinstance(worker, ManualWorker):
+        stray = {gid: _group(g) for gid, g in worker.stray.items()}
+        marker_published = worker.marker_published
+        if m.closed:
+            # Shutdown: the calls stuck then outlive the worker too (the model's stray).
+            stray.update({gid: _group(worker.taken[gid]) for gid in worker.timed_out})
+        else:
+            queue = tuple(tuple(_group(g) for g in b.groups) for b in worker.submitted)
+            taken = {gid: _group(g) for gid, g in worker.taken.items()}
+            timed_out = frozenset(worker.timed_out)
     stats = m.stats
     counts = model.Counts(**{f.name: getattr(stats, f.name) for f in fields(model.Counts)})
     probes = {
@@ -370,8 +406,10 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
         inbox=tuple(_outcome(o) for o in core.inbox),
         closed=m.closed,
         worker="stopped" if m.closed else ("up" if worker.is_alive() else "dead"),
-        # A dead worker's open groups are failed by the next flush/drain_results.
-        death_unannounced=not m.closed and not worker.is_alive(),
+        # A dead worker's open groups are failed by the drain of its death marker
+        # or, if it published none, by the next flush/drain_results.
+        death_unannounced=not m.closed and not worker.is_alive() and not marker_published,
+        stray=stray,
         counts=counts,
         submitted=dict(ghosts.submitted),
         submitted_not_pending=frozenset(ghosts.submitted_not_pending),
@@ -391,14 +429,15 @@ COMPARED = (
     "queue",
     "taken",
     "timed_out",
+    "stray",
     "inbox",
     "closed",
     "counts",
 )
 
 
-#: What is compared with the threaded worker (its queue is not observable).
-COMPARED_THREAD = tuple(n for n in COMPARED if n not in ("queue", "taken", "timed_out"))
+#: What is compared with the threaded worker (its queue and calls are not observable).
+COMPARED_THREAD = tuple(n for n in COMPARED if n not in ("queue", "taken", "timed_out", "stray"))
 
 
 def _differences(expected: model.State, actual: model.State, names: Sequence[str]) -> list[str]:
@@ -442,6 +481,7 @@ def lookup_machine(
     reqs: Sequence[str] = REQS,
     round_trips: int = 0,
     budget_s: float | None = None,
+    max_stuck: int = 1,
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -467,12 +507,19 @@ def lookup_machine(
             lying tier surface within a few steps.
         budget_s: a backend call slower than this fails the run
             (``TierAnswersTruthfully``); None: no bound.
+        max_stuck: manual mode: the worker's ``max_stuck_calls`` (the model's
+            ``max_stuck``): while this many calls are stuck, the ``Saturate``
+            rule may fail a running group as SATURATED.  One makes Saturate
+            reachable after a single TimeOut.
 
     Raises:
-        ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``.
+        ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``, or
+            ``max_stuck`` is not a positive int.
     """
     if worker not in ("manual", "thread"):
         raise ValueError(f"worker must be 'manual' or 'thread', got {worker!r}")
+    if isinstance(max_stuck, bool) or not isinstance(max_stuck, int) or max_stuck < 1:
+        raise ValueError(f"max_stuck must be an int of at least 1, got {max_stuck!r}")
     manual = worker == "manual"
 
     key_pool, req_pool = tuple(keys), tuple(reqs)
@@ -501,7 +548,7 @@ def lookup_machine(
             self.m = manager_class(
                 self.backend,
                 name="conform",
-                worker=worker_class() if manual else "thread",
+                worker=worker_class(max_stuck_calls=max_stuck) if manual else "thread",
                 lookup_timeout_s=None if manual else lookup_timeout_s,
                 trace=self.ghosts,
             )
@@ -782,20 +829,32 @@ def lookup_machine(
             assert batch is not None and tuple(_group(g) for g in batch.groups) == groups
 
         @precondition(lambda self: manual and self._open() and not self.s.worker_dead and bool(self.s.queue))
-        @rule()
-        def WorkerServesBatch(self) -> None:
+        @rule(overstay=st.integers(0, 3))
+        def WorkerServesBatch(self, overstay: int = 0) -> None:
             """TakeBatch, then CompleteGroup for each of its groups, in order (what an
-            unhurried worker does; the single rules give the other interleavings)."""
+            unhurried worker does; the single rules give the other interleavings).
+
+            On two rolls in four the worker behaves as the threaded one does
+            while max_stuck calls are stuck: each group is answered SATURATED at
+            once.  On one of them the tier hangs besides: until max_stuck calls
+            are stuck, each call overstays (TimeOut)."""
             worker_obj = self.m.worker
             assert isinstance(worker_obj, ManualWorker)
             batch = worker_obj.take_batch()
             self.s, groups = model.take_batch(self.s)
             assert batch is not None and tuple(_group(g) for g in batch.groups) == groups
             for group in groups:
-                truth = self._truth(group)
-                self._expect_call(group)
-                worker_obj.complete(worker_obj.taken[group.group_id])
-                self.s = model.complete_group(self.s, group.group_id, truth)
+                taken = worker_obj.taken[group.group_id]
+                if overstay >= 2 and len(self.s.stuck()) >= max_stuck:
+                    worker_obj.saturate(taken)
+                    self.s = model.saturate(self.s, group.group_id, max_stuck)
+                elif overstay == 3:
+                    worker_obj.time_out(taken)
+                    self.s = model.time_out(self.s, group.group_id, max_stuck)
+                else:
+                    self._expect_call(group)
+                    worker_obj.complete(taken)
+                    self.s = model.complete_group(self.s, group.group_id, self._truth(group))
 
         @precondition(lambda self: manual and self._open() and not self.s.worker_dead and bool(self.s.taken))
         @rule(index=st.integers(0, 7))
@@ -825,19 +884,63 @@ def lookup_machine(
         def TimeOut(self, index: int) -> None:
             group = self._pick(index, timed_out=False)
             self.m.worker.time_out(group)  # type: ignore[attr-defined]
-            self.s = model.time_out(self.s, group.group_id)
+            self.s = model.time_out(self.s, group.group_id, max_stuck)
 
         @precondition(lambda self: manual and self._open() and not self.s.worker_dead)
-        @rule(roll=st.integers(0, 3))
-        def WorkerDies(self, roll: int) -> None:
-            """The worker dies holding its batches; the next flush or drain_results
-            must notice, resolve its open probes as MISS and start a new one."""
+        @rule(roll=st.integers(0, 3), marker=st.booleans())
+        def WorkerDies(self, roll: int, marker: bool) -> None:
+            """The worker dies holding its batches.  With its death marker (how the
+            threaded worker's dispatcher dies): the next drain, a lookup's
+            included, fails every open group as WORKER_DIED.  Without: the next
+            flush or drain_results must notice and do so.  Either way that call
+            starts a new worker; stuck calls live on and may answer late."""
             if roll != 3:
                 return
             worker_obj = self.m.worker
             assert isinstance(worker_obj, ManualWorker)
-            worker_obj.die()
-            self.s = model.worker_dies(self.s)
+            worker_obj.die(publish_marker=marker)
+            self.s = model.worker_dies(self.s, marker=marker)
+
+        if manual:
+            # Rules only the manual machine has (an extra rule would change how the
+            # threaded machine's runs are generated).
+
+            @precondition(
+                lambda self: (
+                    self._open()
+                    and not self.s.worker_dead
+                    and len(self.s.stuck()) >= max_stuck
+                    and bool(set(self.s.taken) - self.s.timed_out)
+                )
+            )
+            @rule(index=st.integers(0, 7))
+            def Saturate(self, index: int) -> None:
+                """While max_stuck calls are stuck, a running group fails at once as
+                SATURATED (no backend call), as the threaded worker does instead of
+                starting another call."""
+                group = self._pick(index, timed_out=False)
+                worker_obj = self.m.worker
+                assert isinstance(worker_obj, ManualWorker)
+                assert worker_obj.stuck_calls == len(self.s.stuck()), (
+                    f"the worker counts {worker_obj.stuck_calls} stuck calls, the model {len(self.s.stuck())}"
+                )
+                worker_obj.saturate(group)
+                self.s = model.saturate(self.s, group.group_id, max_stuck)
+
+            @precondition(lambda self: self._open() and bool(self.s.stray))
+            @rule(index=st.integers(0, 7))
+            def StrayAnswersLate(self, index: int) -> None:
+                """A stuck call of the worker's earlier life (it died since, or was
+                revived) returns: its answer is published marked late and dropped,
+                also while the worker is dead."""
+                gids = sorted(self.s.stray)
+                gid = gids[index % len(gids)]
+                group = self.s.stray[gid]
+                worker_obj = self.m.worker
+                assert isinstance(worker_obj, ManualWorker)
+                self._expect_call(group)
+                worker_obj.complete(worker_obj.stray[gid])
+                self.s = model.late_answer(self.s, gid, self._truth(group))
 
         # -- thread mode --------------------------------------------------------------------
 
@@ -938,9 +1041,9 @@ def lookup_machine(
             # worker move (which changes one of these lengths).
             worker_obj = self.m.worker
             moves = (
-                (len(worker_obj.submitted), len(worker_obj.taken), len(worker_obj.timed_out))
+                (len(worker_obj.submitted), len(worker_obj.taken), len(worker_obj.timed_out), len(worker_obj.stray))
                 if isinstance(worker_obj, ManualWorker)
-                else (0, 0, 0)
+                else (0, 0, 0, 0)
             )
             key = (len(self.ghosts.events), len(self.m.core.inbox), len(self.backend.calls), *moves)
             if self._cached is None or self._cached[0] != key:

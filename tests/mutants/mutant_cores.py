@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, Event, LookupPhase
 from kvprobe.statemachine import AsyncLookupManager, LookupCore, ManualWorker, WaitingRequest
-from kvprobe.statemachine.types import Batch, FailureKind, GroupOutcome, Key, ProbeGroup, ProbeState
+from kvprobe.statemachine.types import (
+    Batch,
+    FailureKind,
+    GroupOutcome,
+    Key,
+    ProbeGroup,
+    ProbeState,
+    is_death_marker,
+)
 
 PENDING, IN_FLIGHT, RESOLVED = LookupPhase.PENDING, LookupPhase.IN_FLIGHT, LookupPhase.RESOLVED
 
@@ -84,6 +92,10 @@ class _MutantApply(LookupCore):
 
     def apply(self, outcome: GroupOutcome) -> None:
         group = outcome.group
+        if is_death_marker(outcome):
+            # As the real apply: the death marker fails every open group (each through this apply).
+            self._fail_open_groups(FailureKind.WORKER_DIED, outcome.detail)
+            return
         stats = self.stats
         first = self.outstanding.pop(group.group_id, None) is not None
         if outcome.late:
@@ -163,7 +175,7 @@ class ErrorDropsBatchWorker(ManualWorker):
     def _deliver(self, group: ProbeGroup, outcome: GroupOutcome) -> GroupOutcome:
         if outcome.failure is not None and outcome.failure is not FailureKind.TIMEOUT:
             # MUTANT: a failed backend call publishes nothing; its probes stay IN_FLIGHT.
-            if self.taken.pop(group.group_id, None) is None:
+            if self.taken.pop(group.group_id, None) is None and self.stray.pop(group.group_id, None) is None:
                 raise ValueError(f"group {group.group_id} was not taken")
             self.timed_out.discard(group.group_id)
             return outcome
