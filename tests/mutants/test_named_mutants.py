@@ -10,14 +10,10 @@ about 20 s for stale-result-applied).
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.errors import HypothesisException
-from hypothesis.stateful import run_state_machine_as_test
 from mutant_cores import MUTANTS
 
+from kvprobe.testing.search import hunt
 from kvprobe.testing.stateful import lookup_machine
 
 # What the failure must mention: the invariant docs/properties.md says catches
@@ -39,26 +35,6 @@ EXPECTED = {
     "mark-miss-in-flight-unguarded": ("ForcedMissSticks", "VerdictIffResolved", *DIVERGENCE),
 }
 
-SEARCH = settings(
-    max_examples=2000,
-    stateful_step_count=40,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-    # Finding is the point here; shrinking (which can take minutes) is left to
-    # the property suite and to `kvprobe conform`.
-    phases=(Phase.explicit, Phase.generate),
-    print_blob=False,
-)
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    subs = getattr(exc, "exceptions", None)  # an ExceptionGroup (Python >= 3.11) of distinct failures
-    if isinstance(subs, tuple):
-        return [leaf for sub in subs for leaf in _leaves(sub)]
-    return [exc]
-
 
 def test_every_named_mutant_is_listed() -> None:
     assert set(MUTANTS) == set(EXPECTED)
@@ -69,12 +45,5 @@ def test_every_named_mutant_is_listed() -> None:
 def test_machine_finds_mutant(name: str) -> None:
     manager_class, worker_class = MUTANTS[name]
     machine = lookup_machine(manager_class=manager_class, worker_class=worker_class)
-    start = time.monotonic()
-    with pytest.raises(Exception) as found:
-        run_state_machine_as_test(machine, settings=SEARCH)
-    elapsed = time.monotonic() - start
-    leaves = _leaves(found.value)
-    assert not any(isinstance(e, HypothesisException) for e in leaves), f"Hypothesis itself failed: {found.value!r}"
-    messages = " | ".join(f"{type(e).__name__}: {e}" for e in leaves)
-    assert any(word in messages for word in EXPECTED[name]), f"{name} caught for an unexpected reason: {messages}"
+    elapsed, messages = hunt(machine, EXPECTED[name])
     print(f"{name}: caught in {elapsed:.1f} s: {messages[:300]}")

@@ -9,16 +9,13 @@ test_named_mutants.py searches).
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from hypothesis.errors import HypothesisException
-from hypothesis.stateful import run_state_machine_as_test
 from mutant_cores import manager_with
-from test_named_mutants import DIVERGENCE, SEARCH, _leaves
+from test_named_mutants import DIVERGENCE
 
 from kvprobe.statemachine import LookupCore
 from kvprobe.statemachine.types import FailureKind, GroupOutcome, is_death_marker
+from kvprobe.testing.search import hunt
 from kvprobe.testing.stateful import lookup_machine
 
 
@@ -48,12 +45,5 @@ MUTANTS = {
 def test_machine_finds_worker_rule_mutant(name: str) -> None:
     core, expected = MUTANTS[name]
     machine = lookup_machine(manager_class=manager_with(core))
-    start = time.monotonic()
-    with pytest.raises(Exception) as found:
-        run_state_machine_as_test(machine, settings=SEARCH)
-    elapsed = time.monotonic() - start
-    leaves = _leaves(found.value)
-    assert not any(isinstance(e, HypothesisException) for e in leaves), f"Hypothesis itself failed: {found.value!r}"
-    messages = " | ".join(f"{type(e).__name__}: {e}" for e in leaves)
-    assert any(word in messages for word in expected), f"{name} caught for an unexpected reason: {messages}"
+    elapsed, messages = hunt(machine, expected)
     print(f"{name}: caught in {elapsed:.1f} s: {messages[:300]}")

@@ -18,35 +18,24 @@ holding a dead worker's late answer, are also checked by TLC
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvprobe.backends.memory import InMemoryBackend
-from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED, main
+from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext
 from kvprobe.statemachine.types import FailureKind, InvalidValueError
+from kvprobe.testing.search import check_trace, search_settings
 from kvprobe.testing.stateful import lookup_machine
 from kvprobe.tlc import CORE_EVENTS, WORKER_EVENTS
 
 Events = list[dict[str, Any]]
 
 #: The search: derandomized, at most as many runs as the mutant searches, no shrinking.
-SEARCH = settings(
-    max_examples=2000,
-    stateful_step_count=40,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=(Phase.explicit, Phase.generate),
-    print_blob=False,
-)
+SEARCH = search_settings()
 
 #: What the runs must reach together, besides every action of the model.
 SITUATIONS = frozenset(
@@ -135,7 +124,7 @@ def test_the_shortest_run_reaching_it_is_accepted_by_tlc(
     _, _, shortest = reached
     assert situation in shortest, f"no run reached {situation}"
     events = shortest[situation]
-    status, output = check(events, tmp_path / "run.ndjson")
+    status, output = check_trace(events, tmp_path / "run.ndjson")
     assert status == EXIT_OK, output
     assert f"ACCEPTED, all {len(events)} events" in output
 
@@ -150,19 +139,10 @@ def test_a_saturate_below_the_bound_is_rejected_by_tlc(
     for event in events:
         if "max_stuck" in event:
             event["max_stuck"] = int(event["max_stuck"]) + 1
-    status, output = check(events, tmp_path / "below-bound.ndjson")
+    status, output = check_trace(events, tmp_path / "below-bound.ndjson")
     assert status == EXIT_TRACE_REJECTED, output
     first = next(e for e in events if e["action"] == "Saturate")
     assert f"event seq={first['seq']} (Saturate)" in output
-
-
-def check(events: Events, path: Path) -> tuple[int, str]:
-    """``kvprobe check --trace`` on ``events``: (exit status, what it printed)."""
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["--quiet", "--workers", "1", "--trace", str(path)])
-    return status, out.getvalue()
 
 
 # --- the ManualWorker's Saturate and marker death, one step at a time -------------------------

@@ -30,8 +30,6 @@ died is not published, as the model's Die loses it).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import threading
@@ -47,9 +45,10 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvprobe.backends import FsBackend
 from kvprobe.backends._nixl_import import nixl_unavailable
 from kvprobe.backends.memory import InMemoryBackend
-from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED, main
+from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext
+from kvprobe.testing.search import check_trace
 from kvprobe.testing.stateful import lookup_machine
 from kvprobe.tlc import CORE_EVENTS, WORKER_EVENTS
 
@@ -239,15 +238,6 @@ RUNS: dict[str, Callable[[Path], Events]] = {
     "manual-deaths": lambda tmp: deaths(),
 }
 NAMES = [*RUNS, *(f"stateful-{n}" for n in range(STATEFUL_RUNS))]
-
-
-def check_trace(events: Events, path: Path) -> tuple[int, str]:
-    """``kvprobe check --trace`` on ``events``: (exit status, what it printed)."""
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["--quiet", "--workers", "1", "--trace", str(path)])
-    return status, out.getvalue()
 
 
 @pytest.fixture(scope="module")
