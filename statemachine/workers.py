@@ -707,7 +707,7 @@ class ManualWorker:
 
     def _deliver(self, group: ProbeGroup, outcome: GroupOutcome) -> GroupOutcome:
         gid = group.group_id
-        late = gid in self.timed_out or gid in self.stray
+        late = self._is_stuck(group)
         if self.taken.pop(gid, None) is None and self.stray.pop(gid, None) is None:
             raise ValueError(f"group {gid} was not taken")
         self.timed_out.discard(gid)
