@@ -15,11 +15,13 @@ import random
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.baseline import BaselineManager
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 from kvprobe.statemachine.workers import ManualWorker
+
+_T = TypeVar("_T")
 
 __all__ = [
     "Impl",
@@ -29,7 +31,9 @@ __all__ = [
     "Workload",
     "baseline_impl",
     "fmt_ratio",
+    "fmt_spread",
     "manual_impl",
+    "rotated",
     "rows_from_output",
     "summary",
     "verified_impl",
@@ -160,6 +164,20 @@ class Row:
 def summary(values: Sequence[float]) -> tuple[float, float, float]:
     """(min, median, max)."""
     return min(values), statistics.median(values), max(values)
+
+
+def fmt_spread(values: Sequence[float]) -> str:
+    """``median (min-max)`` to two decimals."""
+    lo, med, hi = summary(values)
+    return f"{med:.2f} ({lo:.2f}-{hi:.2f})"
+
+
+def rotated(items: Sequence[_T], rnd: int) -> list[_T]:
+    """``items`` starting at ``rnd % len(items)``: round ``rnd``'s order, so that
+    in interleaved rounds no item always follows the same one (a slow phase of
+    a shared machine then hits each alike)."""
+    shift = rnd % len(items)
+    return [*items[shift:], *items[:shift]]
 
 
 def fmt_ratio(values: Sequence[float]) -> str:

@@ -37,7 +37,9 @@ import tempfile
 from collections.abc import Sequence
 from io import BytesIO
 
-__all__ = ["checkout", "main", "parse_ratios", "run_probe"]
+from bench.common import rotated
+
+__all__ = ["checkout", "last_json_line", "main", "parse_ratios", "run_probe"]
 
 # Run in each checkout: bench.hotpath's own measurement, its two summary
 # ratios at full precision (its table rounds them to 0.01, too coarse for 2 %).
@@ -55,13 +57,18 @@ print(json.dumps({{
 """
 
 
-def parse_ratios(output: str) -> dict[str, float]:
-    """{"all lookups": r, "scheduler total": r} from the probe's last line (empty if absent)."""
+def last_json_line(output: str) -> object:
+    """What a probe printed as JSON on its last line (None if it printed no JSON there)."""
     lines = output.strip().splitlines()
     try:
-        found = json.loads(lines[-1]) if lines else {}
+        return json.loads(lines[-1]) if lines else None
     except ValueError:
-        return {}
+        return None
+
+
+def parse_ratios(output: str) -> dict[str, float]:
+    """{"all lookups": r, "scheduler total": r} from the probe's last line (empty if absent)."""
+    found = last_json_line(output)
     return {k: float(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
@@ -123,8 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kvprobe-hotpath-commits-") as root:
         trees = {rev: checkout(rev, bench_rev, root) for rev in args.revs}
         for rnd in range(args.rounds):
-            shift = rnd % len(args.revs)
-            for rev in args.revs[shift:] + args.revs[:shift]:
+            for rev in rotated(args.revs, rnd):
                 results[rev].append(_run(trees[rev], args.steps, args.repeats))
     ref = args.revs[0]
     print(

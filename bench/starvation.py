@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from bench.common import Row
+from bench.common import Row, fmt_spread, rotated
 from bench.trees import block_tree
 from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.process import ProcessBackend
@@ -195,6 +195,8 @@ def _one(
 #: The in-thread NIXL path with groups probed one at a time (the manager's
 #: ``max_concurrent_groups=1``): what concurrency costs a GIL-holding backend.
 ONE_GROUP = "NixlPosixBackend, 1 group at a time"
+#: Manager arguments of the rows that do not run the manager's defaults.
+MANAGER_KWARGS: dict[str, dict[str, Any]] = {ONE_GROUP: {"max_concurrent_groups": 1}}
 #: What the issue asks side by side (cheap: a window is well under a second).
 DEFAULT = (
     "NixlPosixBackend",
@@ -235,7 +237,7 @@ def measure(
     with block_tree(n_keys + 256) as (root, keys):
         makers: dict[str, Callable[[], Any]] = {
             "NixlPosixBackend": lambda: NixlPosixBackend(root),
-            ONE_GROUP: lambda: NixlPosixBackend(root),
+            ONE_GROUP: lambda: NixlPosixBackend(root),  # with MANAGER_KWARGS[ONE_GROUP]
             "NixlPosix chunked(512)": lambda: chunked_nixl(root, 512),
             "ProcessBackend(NixlPosixBackend)": lambda: ProcessBackend(partial(NixlPosixBackend, root)),
             "FsBackend": lambda: FsBackend(root),
@@ -253,12 +255,10 @@ def measure(
         # are shared; each round is one repetition of each, and the order
         # rotates from round to round so no backend always follows the same one.
         for rnd in range(repeats):
-            shift = rnd % len(chosen)
-            for name in chosen[shift:] + chosen[:shift]:
+            for name in rotated(chosen, rnd):
                 backend = makers[name]()
-                kwargs = {"max_concurrent_groups": 1} if name == ONE_GROUP else {}
                 try:
-                    results[name] += _one(backend, keys, groups, 1, idle_s, **kwargs)
+                    results[name] += _one(backend, keys, groups, 1, idle_s, **MANAGER_KWARGS.get(name, {}))
                 finally:
                     close = getattr(backend, "close", None)
                     if close is not None:
@@ -292,7 +292,7 @@ def report(results: dict[str, list[tuple[float, float, float]]], n_keys: int, gr
         idle = statistics.median(i for i, _, _ in res)
         window = statistics.median(w for _, _, w in res)
         lines.append(
-            f"| {name} | {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) "
+            f"| {name} | {fmt_spread(r)} "
             f"| {statistics.median(rel) if rel else float('nan'):.2f} | {README_FIGURES.get(name, '-')} "
             f"| {idle:,.0f} | {window:.2f} |"
         )

@@ -25,13 +25,12 @@ or prints no figures.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
 
-from bench.hotpath_commits import checkout, run_probe
+from bench.common import fmt_spread, rotated
+from bench.hotpath_commits import checkout, last_json_line, run_probe
 
 __all__ = ["NAMES", "main", "parse_figures"]
 
@@ -62,18 +61,10 @@ print(json.dumps({{
 
 def parse_figures(output: str) -> dict[str, dict[str, list[float]]]:
     """The probe's last line: {kind: {name: [one figure per round]}} for each of KINDS (empty if absent)."""
-    lines = output.strip().splitlines()
-    try:
-        found = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        return {}
+    found = last_json_line(output)
     if not isinstance(found, dict) or set(found) != set(KINDS):
         return {}
     return {kind: {n: [float(x) for x in xs] for n, xs in table.items()} for kind, table in found.items()}
-
-
-def _spread(values: Sequence[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,8 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kvprobe-starvation-commits-") as root:
         trees = {rev: checkout(rev, args.bench_rev, root) for rev in args.revs}
         for run in range(args.runs):
-            shift = run % len(args.revs)
-            for rev in args.revs[shift:] + args.revs[:shift]:
+            for rev in rotated(args.revs, run):
                 figures = parse_figures(run_probe(trees[rev], probe))
                 if not figures:
                     raise RuntimeError(f"bench.starvation on {rev} printed no figures")
@@ -118,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("| commit | " + " | ".join(names) + " |")
         print("|---|" + "---|" * len(names))
         for rev, figures in got.items():
-            print(f"| `{rev}` | " + " | ".join(_spread(figures[kind][n]) for n in names) + " |")
+            print(f"| `{rev}` | " + " | ".join(fmt_spread(figures[kind][n]) for n in names) + " |")
         print()
     return 0
 
