@@ -52,6 +52,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from kvprobe.backends.base import Backend, Key
+from kvprobe.statemachine.cpu_gate import schedstat_busy_seconds
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_HELPER_NICE", "HelperProcessError", "ProcessBackend"]
 
@@ -165,6 +166,14 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
             close()
 
 
+def process_busy_seconds(pid: int) -> float:
+    """Seconds process ``pid`` has run or waited in the run queue (0.0 if unreadable)."""
+    try:
+        return schedstat_busy_seconds(f"/proc/{pid}/schedstat")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class _Helper:
     """One helper process and the manager's end of its pipe."""
 
@@ -265,6 +274,9 @@ class ProcessBackend:
         self._lock = threading.Lock()
         self._idle: list[_Helper] = []
         self._busy: set[_Helper] = set()
+        # Calling thread -> (pid of the helper serving its call, that helper's
+        # CPU seconds when the call began): what cpu_seconds_of reads.
+        self._serving: dict[int, tuple[int, float]] = {}
         self._starting = 0
         self._closed = False
         self._pid = os.getpid()
@@ -310,6 +322,21 @@ class ProcessBackend:
                 self._starting += 1
             self._start_reserved(self._idle.append)
 
+    def cpu_seconds_of(self, thread_id: int) -> float:
+        """Seconds the helper serving thread ``thread_id``'s current call has been
+        busy on it so far (running, or waiting in the run queue); 0.0 if that
+        thread makes no call (or where ``/proc`` has no ``schedstat``).
+        Never raises.
+
+        The manager's worker reads it to tell a call that computes from one
+        that waits (:mod:`kvprobe.statemachine.cpu_gate`).
+        """
+        serving = self._serving.get(thread_id)
+        if serving is None:
+            return 0.0
+        pid, at_start = serving
+        return max(0.0, process_busy_seconds(pid) - at_start)
+
     @property
     def pids(self) -> list[int]:
         """Process ids of the idle helpers (busy ones are in a call)."""
@@ -344,6 +371,9 @@ class ProcessBackend:
             raise TypeError(f"keys must be bytes, got {type(bad).__name__}")
         request = _encode(keys)
         helper = self._checkout()
+        caller = threading.get_ident()
+        pid = helper.process.pid
+        self._serving[caller] = (pid, process_busy_seconds(pid))
         try:
             helper.conn.send_bytes(request)
             if self.call_timeout_s is not None and not helper.conn.poll(self.call_timeout_s):
@@ -358,6 +388,8 @@ class ProcessBackend:
                     f"(exit code {helper.process.exitcode})"
                 ) from exc
             raise
+        finally:
+            self._serving.pop(caller, None)
         self._checkin(helper)
         status = reply[0]
         if status != _OK:
@@ -439,6 +471,7 @@ class ProcessBackend:
         inherited = [*self._idle, *self._busy]
         self._idle = []
         self._busy = set()
+        self._serving = {}
         self._starting = 0
         for helper in inherited:
             helper.conn.close()

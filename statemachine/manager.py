@@ -38,10 +38,12 @@ from kvprobe.statemachine.types import (
 )
 from kvprobe.statemachine.workers import (
     DEFAULT_CONCURRENT_GROUPS,
+    DEFAULT_HOLD_S,
     ManualWorker,
     ThreadedWorker,
     Worker,
     check_count,
+    check_hold,
     check_timeout,
 )
 
@@ -74,6 +76,9 @@ class AsyncLookupManager:
             before further groups fail at once (bounds the threads).
         max_concurrent_groups: how many request groups the threaded worker
             runs at once (one slow group holds back no other).
+        busy_call_hold_s: the longest that running calls which keep a CPU
+            busy (rather than wait) hold back a further group; 0 starts one
+            whenever a slot is free.
         checked: verify the one-thread rule on every call (``lookup`` and
             ``shutdown`` included) and every invariant after each call (slow;
             for tests and debugging).
@@ -91,8 +96,9 @@ class AsyncLookupManager:
             ``worker`` is not a worker, ``name`` is not a string, or a number
             argument is not a number.  Nothing was started.
         InvalidValueError: a timeout is not positive or above
-            ``threading.TIMEOUT_MAX``, a count is below 1, or ``worker`` is
-            an unknown string.  Nothing was started.
+            ``threading.TIMEOUT_MAX``, ``busy_call_hold_s`` is negative, a
+            count is below 1, or ``worker`` is an unknown string.  Nothing
+            was started.
     """
 
     #: The core implementation; the test suite's mutants override this.
@@ -107,6 +113,7 @@ class AsyncLookupManager:
         worker: WorkerChoice = "thread",
         max_stuck_calls: int = 4,
         max_concurrent_groups: int = DEFAULT_CONCURRENT_GROUPS,
+        busy_call_hold_s: float = DEFAULT_HOLD_S,
         checked: bool = False,
         trace: TraceSink | None = None,
         shutdown_timeout_s: float = 5.0,
@@ -122,6 +129,7 @@ class AsyncLookupManager:
         shutdown_timeout_s = check_timeout("shutdown_timeout_s", shutdown_timeout_s)
         check_count("max_stuck_calls", max_stuck_calls)
         check_count("max_concurrent_groups", max_concurrent_groups)
+        check_hold("busy_call_hold_s", busy_call_hold_s)
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
         if isinstance(worker, str):
@@ -145,6 +153,7 @@ class AsyncLookupManager:
                 lookup_timeout_s=lookup_timeout_s,
                 max_stuck_calls=max_stuck_calls,
                 max_concurrent_groups=max_concurrent_groups,
+                busy_call_hold_s=busy_call_hold_s,
             )
         elif worker == "manual":
             self.worker = ManualWorker()

@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from kvprobe.backends.base import Backend
+from kvprobe.statemachine.cpu_gate import DEFAULT_HOLD_S, BusyClock, CpuGate, thread_busy_clock
 from kvprobe.statemachine.trace import WorkerTracer, worker_tracer
 from kvprobe.statemachine.types import (
     Batch,
@@ -47,11 +48,13 @@ from kvprobe.statemachine.types import (
 
 __all__ = [
     "DEFAULT_CONCURRENT_GROUPS",
+    "DEFAULT_HOLD_S",
     "ManualWorker",
     "Publish",
     "ThreadedWorker",
     "Worker",
     "check_count",
+    "check_hold",
     "check_timeout",
     "probe_group",
 ]
@@ -154,6 +157,30 @@ def check_timeout(name: str, value: object) -> float:
     return seconds
 
 
+def check_hold(name: str, value: object) -> float:
+    """``value`` as a float number of seconds, 0 or more, that ``threading`` can wait for.
+
+    Raises:
+        InvalidInputError: not a real number (``bool`` excluded).
+        InvalidValueError: negative, not finite, or above ``threading.TIMEOUT_MAX``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not 0 <= seconds <= threading.TIMEOUT_MAX:
+        raise InvalidValueError(
+            f"{name} must be 0 or more and finite, got {value!r} "
+            f"(at most threading.TIMEOUT_MAX = {threading.TIMEOUT_MAX:.0f} s)"
+        )
+    return seconds
+
+
+def _backend_cpu(backend: Backend | None) -> Callable[[int], float] | None:
+    """The backend's ``cpu_seconds_of(thread_id)``, if it has one."""
+    gauge = getattr(backend, "cpu_seconds_of", None)
+    return gauge if callable(gauge) else None
+
+
 def check_count(name: str, value: object) -> int:
     """``value`` if it is an int of at least 1.
 
@@ -171,12 +198,21 @@ def check_count(name: str, value: object) -> int:
 class _Call:
     """One backend call handed to a caller thread."""
 
-    __slots__ = ("deadline", "events", "group", "lost", "outcome", "timed_out")
+    __slots__ = ("clock", "deadline", "events", "group", "lost", "outcome", "started", "thread_id", "timed_out")
 
-    def __init__(self, group: ProbeGroup, events: queue.SimpleQueue[object], deadline: float) -> None:
+    def __init__(
+        self,
+        group: ProbeGroup,
+        events: queue.SimpleQueue[object],
+        started: float,
+        deadline: float,
+        caller: tuple[int, BusyClock | None],
+    ) -> None:
         self.group = group
         self.events = events  # the dispatcher that started it is told when it ends
+        self.started = started
         self.deadline = deadline
+        self.thread_id, self.clock = caller  # its caller thread, for the CPU gate
         self.outcome: GroupOutcome | None = None
         self.timed_out = False
         self.lost = False  # its dispatcher died while it ran: its answer is not published
@@ -196,6 +232,12 @@ class ThreadedWorker:
     caller goes back to the pool.  Threads: 1 dispatcher + at most
     ``max_concurrent_groups`` busy callers + ``max_stuck_calls`` stuck ones.
 
+    A further group starts beside running calls only while they wait rather
+    than compute (under half a CPU each, the helper process serving a call
+    included), or once the youngest has run ``busy_call_hold_s``: calls that
+    compute together only take the scheduler's CPU and GIL
+    (:mod:`kvprobe.statemachine.cpu_gate`).
+
     The worker survives any ``Exception`` of its own machinery (the group
     concerned fails as WORKER_ERROR); if the dispatcher ends anyway it
     publishes a death marker, and in a child process after ``os.fork()``
@@ -210,11 +252,15 @@ class ThreadedWorker:
             (None: wait as long as the backend takes).
         max_stuck_calls: bound on calls left running past their timeout.
         max_concurrent_groups: groups whose calls run at once.
+        busy_call_hold_s: the longest that running calls which keep a CPU
+            busy hold back a further group (0: start one whenever a slot
+            is free).
 
     Raises:
         InvalidInputError: an argument has the wrong type.
-        InvalidValueError: a count below 1, or a timeout that is not a
-            positive number of seconds ``threading`` can wait for.
+        InvalidValueError: a count below 1, a timeout that is not a
+            positive number of seconds ``threading`` can wait for, or a
+            negative ``busy_call_hold_s``.
     """
 
     def __init__(
@@ -224,6 +270,7 @@ class ThreadedWorker:
         lookup_timeout_s: float | None = None,
         max_stuck_calls: int = 4,
         max_concurrent_groups: int = DEFAULT_CONCURRENT_GROUPS,
+        busy_call_hold_s: float = DEFAULT_HOLD_S,
     ) -> None:
         if not isinstance(name, str):
             raise InvalidInputError(f"name must be a str, got {type(name).__name__}")
@@ -233,6 +280,7 @@ class ThreadedWorker:
         self.lookup_timeout_s = lookup_timeout_s
         self.max_stuck_calls = check_count("max_stuck_calls", max_stuck_calls)
         self.max_concurrent_groups = check_count("max_concurrent_groups", max_concurrent_groups)
+        self.busy_call_hold_s = check_hold("busy_call_hold_s", busy_call_hold_s)
         self._backend: Backend | None = None
         self._publish: Publish = _discard
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -240,6 +288,8 @@ class ThreadedWorker:
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue[object]] = []
         self._threads: set[threading.Thread] = set()  # every thread of this worker still running
+        # Each live caller's thread id and busy clock, for the CPU gate.
+        self._caller_ids: dict[queue.SimpleQueue[object], tuple[int, BusyClock | None]] = {}
         self._callers = 0
         self._stuck = 0
         self._stopping = False
@@ -336,14 +386,20 @@ class ThreadedWorker:
         # share one timeout, so the first has the earliest deadline.
         running: dict[_Call, None] = {}
         timeout = self.lookup_timeout_s
+        gate = CpuGate(self.busy_call_hold_s, _backend_cpu(self._backend))
         ended_as_asked = False
         try:
             while True:
-                while pending and len(running) < self.max_concurrent_groups:
-                    self._start_call(pending.popleft(), events, running)
                 wait: float | None = None
+                while pending and len(running) < self.max_concurrent_groups:
+                    held = gate.wait_s(running, time.monotonic())
+                    if held > 0:
+                        wait = held
+                        break
+                    self._start_call(pending.popleft(), events, running)
                 if timeout is not None and running:
-                    wait = min(max(0.0, next(iter(running)).deadline - time.monotonic()), threading.TIMEOUT_MAX)
+                    overdue = min(max(0.0, next(iter(running)).deadline - time.monotonic()), threading.TIMEOUT_MAX)
+                    wait = overdue if wait is None else min(wait, overdue)
                 try:
                     item = events.get(timeout=wait)
                 except queue.Empty:
@@ -392,7 +448,9 @@ class ThreadedWorker:
             if caller is None:
                 caller = self._new_caller()
             timeout = self.lookup_timeout_s
-            call = _Call(group, events, time.monotonic() + timeout if timeout is not None else 0.0)
+            now = time.monotonic()
+            ids = self._caller_ids.get(caller, (0, None))
+            call = _Call(group, events, now, now + timeout if timeout is not None else 0.0, ids)
             running[call] = None
             caller.put(call)
         except Exception as exc:
@@ -433,6 +491,11 @@ class ThreadedWorker:
                 self._callers -= 1
                 self._threads.discard(thread)
             raise
+        ident = thread.ident
+        assert ident is not None  # started
+        with self._lock:
+            if thread.is_alive():
+                self._caller_ids[calls] = (ident, thread_busy_clock(thread))
         return calls
 
     def _call_loop(self, calls: queue.SimpleQueue[object]) -> None:
@@ -476,6 +539,7 @@ class ThreadedWorker:
             with self._lock:
                 self._callers -= 1
                 self._threads.discard(threading.current_thread())
+                self._caller_ids.pop(calls, None)
 
     # --- fork -------------------------------------------------------------------
 
@@ -485,6 +549,7 @@ class ThreadedWorker:
         self._lock = threading.Lock()  # it may have been held by a thread that is not here
         self._idle = []
         self._threads = set()
+        self._caller_ids = {}
         self._callers = 0
         self._stuck = 0
         self._thread = None

@@ -26,6 +26,7 @@ Modes (see :data:`MODES`):
 * ``exit:<code>``: ``os._exit(code)`` mid-call.
 * ``sigkill``: the helper sends itself SIGKILL mid-call.
 * ``sleep:<seconds>``: sleep, then answer honestly.
+* ``spin:<seconds>``: keep a CPU busy that long, then answer honestly.
 * ``wait:<path>``: wait until ``path`` exists (at most :data:`WAIT_BOUND_S`),
   then answer honestly; a test releases a stuck call by creating the file.
 """
@@ -89,6 +90,7 @@ MODES = (
     "exit",
     "sigkill",
     "sleep",
+    "spin",
     "wait",
 )
 
@@ -130,6 +132,10 @@ class ScriptedFsBackend:
             time.sleep(WAIT_BOUND_S)  # never reached: the signal is not catchable
         if mode == "sleep":
             time.sleep(float(argument))
+        if mode == "spin":
+            until = time.monotonic() + float(argument)
+            while time.monotonic() < until:
+                pass
         if mode == "wait":
             deadline = time.monotonic() + WAIT_BOUND_S
             while not os.path.exists(argument) and time.monotonic() < deadline:

@@ -24,7 +24,7 @@ from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager
 from kvprobe.statemachine.manager import WorkerChoice
 from kvprobe.statemachine.trace import TraceSink
 from kvprobe.statemachine.types import HasReqId, InvalidInputError, Key, Stats
-from kvprobe.statemachine.workers import DEFAULT_CONCURRENT_GROUPS
+from kvprobe.statemachine.workers import DEFAULT_CONCURRENT_GROUPS, DEFAULT_HOLD_S
 
 __all__ = ["AsyncLookupManager"]
 
@@ -75,6 +75,9 @@ class AsyncLookupManager(abc.ABC):
         max_concurrent_groups: kvprobe extra.  How many request groups'
             ``batch_lookup`` calls the worker runs at once, so one slow group
             holds back no other (vLLM runs them one after another: 1).
+        busy_call_hold_s: kvprobe extra.  The longest that running calls
+            which keep a CPU busy (rather than wait) hold back a further
+            group; 0 starts one whenever a slot is free.
         shutdown_timeout_s: kvprobe extra.  How long :meth:`shutdown` waits for
             a running call (vLLM waits for ever).
         worker: kvprobe extra: ``"thread"`` (default: a dispatcher thread
@@ -89,8 +92,8 @@ class AsyncLookupManager(abc.ABC):
     Raises:
         InvalidInputError: ``tier_type`` is not a string, or a number
             argument is not a number.
-        InvalidValueError: a timeout is not positive and finite, or a count
-            is below 1.
+        InvalidValueError: a timeout is not positive and finite,
+            ``busy_call_hold_s`` is negative, or a count is below 1.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class AsyncLookupManager(abc.ABC):
         lookup_timeout_s: float | None = None,
         max_stuck_calls: int = 4,
         max_concurrent_groups: int = DEFAULT_CONCURRENT_GROUPS,
+        busy_call_hold_s: float = DEFAULT_HOLD_S,
         shutdown_timeout_s: float = 5.0,
         worker: WorkerChoice = "thread",
         checked: bool = False,
@@ -119,6 +123,7 @@ class AsyncLookupManager(abc.ABC):
             worker=worker,
             max_stuck_calls=max_stuck_calls,
             max_concurrent_groups=max_concurrent_groups,
+            busy_call_hold_s=busy_call_hold_s,
             checked=checked,
             trace=trace,
             shutdown_timeout_s=shutdown_timeout_s,

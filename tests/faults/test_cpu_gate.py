@@ -1,0 +1,251 @@
+"""The CPU gate: a further group starts beside running calls only while they wait.
+
+Calls that compute (on a caller thread, or in the helper process serving
+it) run one after another unless one has run ``busy_call_hold_s``; calls
+that wait overlap up to ``max_concurrent_groups``.  What is measured here is
+the most calls inside the backend at once, and the order verdicts arrive in;
+nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from fault_harness import drive, finish, keys
+from helper_backends import marker, scripted_factory
+
+from kvprobe.backends import InMemoryBackend, ProcessBackend
+from kvprobe.statemachine import AsyncLookupManager, InvalidInputError, InvalidValueError, ThreadedWorker
+from kvprobe.statemachine.cpu_gate import SAMPLE_S, CpuGate, thread_busy_clock
+from kvprobe.testing.lifetimes import nothing_outlives
+
+
+def _spin(seconds: float) -> None:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
+
+
+class Overlap:
+    """Counts the calls inside ``inner`` at once; ``spin`` or ``sleep`` per call first."""
+
+    def __init__(self, inner: object, *, spin_s: float = 0.0, sleep_s: float = 0.0) -> None:
+        self.inner = inner
+        self.spin_s = spin_s
+        self.sleep_s = sleep_s
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.peak = 0
+        self.finished: list[str] = []  # request ids in the order their calls returned
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+        with self.lock:
+            self.inside += 1
+            self.peak = max(self.peak, self.inside)
+        try:
+            seconds = self.slow_s if getattr(req_context, "req_id", "") == "slow" else self.spin_s
+            _spin(seconds)
+            time.sleep(self.sleep_s)
+            return list(self.inner.batch_lookup(keys, req_context))  # type: ignore[attr-defined]
+        finally:
+            with self.lock:
+                self.inside -= 1
+                self.finished.append(str(getattr(req_context, "req_id", "")))
+
+    slow_s = 0.0
+
+    def cpu_seconds_of(self, thread_id: int) -> float:
+        gauge = getattr(self.inner, "cpu_seconds_of", None)
+        return float(gauge(thread_id)) if callable(gauge) else 0.0
+
+    def fit_concurrency(self, calls: int) -> None:
+        fit = getattr(self.inner, "fit_concurrency", None)
+        if callable(fit):
+            fit(calls)
+
+
+def _wants(groups: int, per_group: int = 4) -> dict[str, list[bytes]]:
+    return {f"r{g}": keys(f"g{g}", per_group) for g in range(groups)}
+
+
+# --- the gate alone -------------------------------------------------------------
+
+
+class _Call:
+    def __init__(self, thread: threading.Thread, started: float) -> None:
+        assert thread.ident is not None
+        self.thread_id = thread.ident
+        self.clock = thread_busy_clock(thread)
+        self.started = started
+
+
+def _run_for(target: object, seconds: float) -> threading.Thread:
+    thread = threading.Thread(target=target, args=(seconds,), daemon=True)  # type: ignore[arg-type]
+    thread.start()
+    return thread
+
+
+def _judge(gate: CpuGate, calls: Sequence[_Call]) -> float:
+    """Ask until the gate has judged the calls on one window; its verdict then."""
+    assert gate.wait_s(calls, time.monotonic()) > 0, "a fresh set of calls is sampled before it is judged"
+    time.sleep(SAMPLE_S * 4)
+    assert gate.wait_s(calls, time.monotonic()) > 0, "the first window is a warm-up, not judged"
+    time.sleep(SAMPLE_S * 4)
+    return gate.wait_s(calls, time.monotonic())
+
+
+def test_gate_admits_at_once_with_nothing_running_or_no_hold() -> None:
+    assert CpuGate(0.25).wait_s([], time.monotonic()) == 0.0
+    thread = _run_for(_spin, 0.5)
+    assert CpuGate(0.0).wait_s([_Call(thread, time.monotonic())], time.monotonic()) == 0.0
+    thread.join()
+
+
+def test_gate_tells_a_waiting_call_from_a_computing_one() -> None:
+    sleeper = _run_for(time.sleep, 1.0)
+    assert _judge(CpuGate(10.0), [_Call(sleeper, time.monotonic())]) == 0.0
+    spinner = _run_for(_spin, 1.0)
+    assert _judge(CpuGate(10.0), [_Call(spinner, time.monotonic())]) > 0
+    sleeper.join()
+    spinner.join()
+
+
+def test_gate_counts_the_cpu_a_backend_spends_for_a_waiting_thread() -> None:
+    sleeper = _run_for(time.sleep, 1.0)
+    call = _Call(sleeper, time.monotonic())
+    began = time.monotonic()
+    helper_busy = CpuGate(10.0, backend_cpu=lambda tid: time.monotonic() - began if tid == call.thread_id else 0.0)
+    assert _judge(helper_busy, [call]) > 0
+    other_thread = CpuGate(10.0, backend_cpu=lambda tid: time.monotonic() - began if tid != call.thread_id else 0.0)
+    assert _judge(other_thread, [call]) == 0.0
+    sleeper.join()
+
+
+def test_a_computing_call_holds_others_back_at_most_hold_s() -> None:
+    spinner = _run_for(_spin, 2.0)
+    call = _Call(spinner, time.monotonic())
+    gate = CpuGate(0.5)
+    assert _judge(gate, [call]) > 0
+    time.sleep(0.5)
+    assert gate.wait_s([call], time.monotonic()) == 0.0
+    spinner.join()
+
+
+def test_gate_never_raises_for_an_ended_thread_or_a_failing_gauge() -> None:
+    ended = _run_for(time.sleep, 0.0)
+    call = _Call(ended, time.monotonic())
+    ended.join()
+
+    def broken(thread_id: int) -> float:
+        raise RuntimeError("gauge broke")
+
+    assert _judge(CpuGate(10.0, backend_cpu=broken), [call]) == 0.0
+
+
+# --- the threaded worker --------------------------------------------------------
+
+
+def test_computing_calls_run_one_after_another() -> None:
+    backend = Overlap(InMemoryBackend(), spin_s=0.05)
+    with nothing_outlives():
+        m = AsyncLookupManager(backend, busy_call_hold_s=10.0)
+        wants = _wants(6)
+        assert drive(m, wants).values == [False] * 24
+        assert finish(m, list(wants)) == 0
+        m.shutdown()
+    assert backend.peak == 1
+
+
+def test_waiting_calls_overlap_up_to_max_concurrent_groups() -> None:
+    backend = Overlap(InMemoryBackend(), sleep_s=0.3)
+    with nothing_outlives():
+        m = AsyncLookupManager(backend, busy_call_hold_s=10.0, max_concurrent_groups=3)
+        wants = _wants(6)
+        drive(m, wants)
+        assert finish(m, list(wants)) == 0
+        m.shutdown()
+    assert backend.peak == 3
+
+
+def test_hold_zero_starts_computing_calls_together() -> None:
+    backend = Overlap(InMemoryBackend(), spin_s=0.3)
+    with nothing_outlives():
+        m = AsyncLookupManager(backend, busy_call_hold_s=0, max_concurrent_groups=3)
+        wants = _wants(3)
+        drive(m, wants)
+        assert finish(m, list(wants)) == 0
+        m.shutdown()
+    assert backend.peak == 3
+
+
+def test_a_slow_computing_group_holds_a_fast_one_back_only_hold_s() -> None:
+    backend = Overlap(InMemoryBackend())
+    backend.slow_s = 3.0
+    with nothing_outlives():
+        m = AsyncLookupManager(backend, busy_call_hold_s=0.05)
+        wants = {"slow": keys("slow", 2), "fast": keys("fast", 2)}
+        drive(m, wants)
+        assert finish(m, list(wants)) == 0
+        m.shutdown()
+    assert backend.finished == ["fast", "slow"]
+    assert backend.peak == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (-0.1, InvalidValueError, "0 or more"),
+        (float("nan"), InvalidValueError, "0 or more"),
+        (float("inf"), InvalidValueError, "finite"),
+        (1e300, InvalidValueError, "TIMEOUT_MAX"),
+        ("1", InvalidInputError, "number of seconds, got str"),
+        (True, InvalidInputError, "got bool"),
+    ],
+)
+def test_bad_hold_is_a_typed_error(value: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        AsyncLookupManager(InMemoryBackend(), busy_call_hold_s=value)  # type: ignore[arg-type]
+    with pytest.raises(error, match=message):
+        ThreadedWorker(busy_call_hold_s=value)  # type: ignore[arg-type]
+
+
+# --- helper processes -----------------------------------------------------------
+
+
+def test_process_backend_reports_the_cpu_its_helper_spends_on_a_call(tmp_path: Path) -> None:
+    backend = ProcessBackend(scripted_factory(tmp_path))
+    try:
+        assert backend.cpu_seconds_of(threading.get_ident()) == 0.0  # no call made
+        seen: list[float] = []
+        caller = threading.Thread(target=backend.batch_lookup, args=([marker("spin", 0.6)], None))
+        caller.start()
+        assert caller.ident is not None
+        for _ in range(50):
+            seen.append(backend.cpu_seconds_of(caller.ident))
+            if seen[-1] > 0.1:
+                break
+            time.sleep(0.02)
+        caller.join()
+        assert seen[-1] > 0.1, f"the helper spun, yet its CPU read {seen}"
+        assert backend.cpu_seconds_of(caller.ident) == 0.0  # the call is over
+    finally:
+        backend.close()
+
+
+def test_computing_helpers_run_one_after_another_waiting_ones_overlap(tmp_path: Path) -> None:
+    for mode, argument, peak in (("spin", 0.1, 1), ("sleep", 0.3, 3)):
+        backend = Overlap(ProcessBackend(scripted_factory(tmp_path)))
+        with nothing_outlives():
+            m = AsyncLookupManager(backend, busy_call_hold_s=10.0, max_concurrent_groups=3)
+            backend.inner.start_helpers()  # type: ignore[attr-defined]
+            # Each group its own marker key (an equal one would join the first group's probe).
+            wants = {f"r{g}": [marker(mode, argument + g / 1000), *keys(f"g{g}", 2)] for g in range(5)}
+            drive(m, wants)
+            assert finish(m, list(wants)) == 0
+            m.shutdown()
+            backend.inner.close()  # type: ignore[attr-defined]
+        assert backend.peak == peak, mode
