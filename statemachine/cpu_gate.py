@@ -11,16 +11,19 @@ groups").  Nothing in a call's duration tells the two apart; the CPU it
 wants does.
 
 :class:`CpuGate` therefore lets a further group start beside running calls
-only when, over a window of :data:`SAMPLE_S`, they were *busy* (running on
-a CPU or waiting in the run queue for one: a computing call on a crowded
-machine still counts) less than :data:`BUSY_SHARE` of the time each (a
-call that waits is busy almost never), or
+only when they have been *busy* (running on a CPU or waiting in the run
+queue for one: a computing call on a crowded machine still counts) less
+than :data:`BUSY_SHARE` of the time each (a call that waits is busy almost
+never), or
 when the youngest of them has run ``hold_s``: a call that keeps a CPU busy
 holds the others back by at most that, never by ``lookup_timeout_s``.  A
 call's busy time is its caller thread's plus, for a backend with
 ``cpu_seconds_of(thread_id)`` such as ``ProcessBackend``, the helper process
-serving it.  The first window after the running calls change is not judged:
-a call just handed over is still waking its thread (or its helper).
+serving it.  Busy time is counted from :data:`WARM_UP_S` after the running
+calls last changed (a call just handed over is still waking its thread or
+its helper) and judged once it spans :data:`JUDGE_S` or more: several GIL
+switch intervals, because a computing call on a caller thread is not busy
+while it waits for the GIL, which may last a whole interval.
 ``hold_s=0`` starts groups as soon as a slot is free.
 
 The gate decides only *when* a group starts, never *whether*: every group
@@ -33,20 +36,38 @@ is the ungated behaviour.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
-__all__ = ["BUSY_SHARE", "DEFAULT_HOLD_S", "SAMPLE_S", "BusyClock", "CpuGate", "GatedCall", "thread_busy_clock"]
+__all__ = [
+    "BUSY_SHARE",
+    "DEFAULT_HOLD_S",
+    "JUDGE_S",
+    "RECHECK_S",
+    "WARM_UP_S",
+    "BusyClock",
+    "CpuGate",
+    "GatedCall",
+    "thread_busy_clock",
+]
 
 #: Seconds a thread (or process) has been busy so far; raises OSError once it has ended.
 BusyClock = Callable[[], float]
 
-#: How long the gate watches the running calls before it judges them.
-#: Thread and process CPU clocks count nanoseconds, so a few milliseconds
-#: suffice; every further group waits this long after the previous start.
-SAMPLE_S = 0.005
+#: After the running calls change, busy time counts from this much later.
+WARM_UP_S = 0.002
+
+#: The shortest span of busy time the gate judges: three GIL switch
+#: intervals (5 ms each by default), so that a computing call that waited a
+#: whole interval for the GIL is still seen computing.  With the warm-up,
+#: a further group starts at the earliest about 17 ms after the previous one.
+JUDGE_S = 3 * sys.getswitchinterval()
+
+#: How often the gate looks again at calls judged busy.
+RECHECK_S = 0.005
 
 #: A call busy at least this share of the time is computing, not waiting.
 #: Low, because a computing call on a caller thread is not busy while it
@@ -119,7 +140,7 @@ class CpuGate:
         self.hold_s = hold_s
         self._backend_cpu = backend_cpu
         self._watched: tuple[tuple[int, float], ...] = ()  # the calls the sample is of
-        self._judged = False  # whether the window since _since may be judged
+        self._judged = False  # whether busy time counts since _since (the warm-up is over)
         self._since = 0.0
         self._cpu = 0.0
 
@@ -136,16 +157,25 @@ class CpuGate:
             return 0.0
         watched = tuple((id(call), call.started) for call in running)  # an id alone may be reused
         if watched != self._watched:
-            # Another set of calls: a warm-up window, then windows of their own.
-            self._watched, self._judged, self._since, self._cpu = watched, False, now, self._cpu_of(running)
-            return min(SAMPLE_S, held)
+            # Another set of calls: a warm-up, then a span of their own.
+            self._watched, self._judged, self._since = watched, False, now
+            return min(WARM_UP_S, held)
         elapsed = now - self._since
-        if elapsed < SAMPLE_S:
-            return min(SAMPLE_S - elapsed, held)
-        cpu = self._cpu_of(running)
-        share = (cpu - self._cpu) / elapsed / len(running)
-        judged, self._judged, self._since, self._cpu = self._judged, True, now, cpu
-        return 0.0 if judged and share < BUSY_SHARE else min(SAMPLE_S, held)
+        if not self._judged:
+            if elapsed < WARM_UP_S:
+                return min(WARM_UP_S - elapsed, held)
+            self._judged, self._since, self._cpu = True, now, self._cpu_of(running)
+            return min(JUDGE_S, held)
+        if elapsed < JUDGE_S:
+            return min(JUDGE_S - elapsed, held)
+        # Busy share since the warm-up, not since the last look: the longer
+        # the calls run, the steadier the figure.
+        share = (self._cpu_of(running) - self._cpu) / elapsed / len(running)
+        if share < 0:
+            # A clock went back: a call has just ended (its backend stopped
+            # counting for it) and the set is about to change; judge that one.
+            return min(RECHECK_S, held)
+        return 0.0 if share < BUSY_SHARE else min(RECHECK_S, held)
 
     def _cpu_of(self, running: Collection[GatedCall]) -> float:
         total = 0.0

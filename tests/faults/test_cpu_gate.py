@@ -20,7 +20,7 @@ from helper_backends import marker, scripted_factory
 
 from kvprobe.backends import InMemoryBackend, ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, InvalidInputError, InvalidValueError, ThreadedWorker
-from kvprobe.statemachine.cpu_gate import SAMPLE_S, CpuGate, thread_busy_clock
+from kvprobe.statemachine.cpu_gate import JUDGE_S, WARM_UP_S, CpuGate, thread_busy_clock
 from kvprobe.testing.lifetimes import nothing_outlives
 
 
@@ -92,9 +92,11 @@ def _run_for(target: object, seconds: float) -> threading.Thread:
 def _judge(gate: CpuGate, calls: Sequence[_Call]) -> float:
     """Ask until the gate has judged the calls on one window; its verdict then."""
     assert gate.wait_s(calls, time.monotonic()) > 0, "a fresh set of calls is sampled before it is judged"
-    time.sleep(SAMPLE_S * 4)
-    assert gate.wait_s(calls, time.monotonic()) > 0, "the first window is a warm-up, not judged"
-    time.sleep(SAMPLE_S * 4)
+    time.sleep(WARM_UP_S * 2)
+    assert gate.wait_s(calls, time.monotonic()) > 0, "the warm-up is over: busy time counts from now"
+    time.sleep(JUDGE_S / 2)
+    assert gate.wait_s(calls, time.monotonic()) > 0, "too short a span is not judged"
+    time.sleep(JUDGE_S)
     return gate.wait_s(calls, time.monotonic())
 
 
