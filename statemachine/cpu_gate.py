@@ -19,11 +19,14 @@ when the youngest of them has run ``hold_s``: a call that keeps a CPU busy
 holds the others back by at most that, never by ``lookup_timeout_s``.  A
 call's busy time is its caller thread's plus, for a backend with
 ``cpu_seconds_of(thread_id)`` such as ``ProcessBackend``, the helper process
-serving it.  Busy time is counted from :data:`WARM_UP_S` after the running
-calls last changed (a call just handed over is still waking its thread or
-its helper) and judged once it spans :data:`JUDGE_S` or more: several GIL
-switch intervals, because a computing call on a caller thread is not busy
-while it waits for the GIL, which may last a whole interval.
+serving it.  Each call is judged on its own: its busy time counts from
+:data:`WARM_UP_S` after the gate first sees it (a call just handed over is
+still waking its thread or its helper) and is judged once it spans
+:data:`JUDGE_S` or more: several GIL switch intervals, because a computing
+call on a caller thread is not busy while it waits for the GIL, which may
+last a whole interval.  Groups started beside calls judged waiting are taken
+to wait until judged themselves, so free slots fill at once beside a slow
+waiting call; a group started alone holds the others back until judged.
 ``hold_s=0`` starts groups as soon as a slot is free.
 
 The gate decides only *when* a group starts, never *whether*: every group
@@ -60,11 +63,12 @@ BusyClock = Callable[[], float]
 #: After the running calls change, busy time counts from this much later.
 WARM_UP_S = 0.002
 
-#: The shortest span of busy time the gate judges: three GIL switch
-#: intervals (5 ms each by default), so that a computing call that waited a
-#: whole interval for the GIL is still seen computing.  With the warm-up,
-#: a further group starts at the earliest about 17 ms after the previous one.
-JUDGE_S = 3 * sys.getswitchinterval()
+#: The shortest span of busy time the gate judges: five GIL switch
+#: intervals (5 ms each by default), so that a computing call that waited
+#: an interval or two for the GIL is still seen computing.  With the
+#: warm-up, a group started alone holds the others back for about 27 ms at
+#: least (groups started beside it once it is judged waiting do not wait).
+JUDGE_S = 5 * sys.getswitchinterval()
 
 #: How often the gate looks again at calls judged busy.
 RECHECK_S = 0.005
@@ -73,8 +77,9 @@ RECHECK_S = 0.005
 #: Low, because a computing call on a caller thread is not busy while it
 #: waits for the GIL (a blocking wait, as I/O is): NIXL POSIX calls beside a
 #: scheduler thread that loops on lookups are busy about half the time,
-#: calls that wait on I/O or a remote store almost never.
-BUSY_SHARE = 0.25
+#: calls that wait on I/O or a remote store almost never (a sleeping call,
+#: about 1 %).
+BUSY_SHARE = 0.2
 
 #: How long, by default, calls that keep a CPU busy hold back a further group.
 #: A 10,000-file NIXL POSIX group takes about 50-100 ms here, so fast
@@ -126,68 +131,104 @@ def thread_busy_clock(thread: threading.Thread) -> BusyClock | None:
     return lambda: time.clock_gettime(clock)
 
 
+class _Watch:
+    """What the gate knows of one running call."""
+
+    __slots__ = ("busy_since", "counting", "judged_waiting", "presumed", "since")
+
+    def __init__(self, now: float, presumed: bool) -> None:
+        self.since = now  # when the gate first saw it, then when its busy time began to count
+        self.counting = False  # whether the warm-up is over
+        self.busy_since = 0.0  # its busy seconds when they began to count
+        self.presumed = presumed  # started beside calls known to wait: taken to wait until judged
+        self.judged_waiting = False
+
+    @property
+    def waiting(self) -> bool:
+        """Judged waiting, or presumed so until judged."""
+        return self.presumed or self.judged_waiting
+
+
 class CpuGate:
     """Decides, for the dispatcher, whether a further group may start now.
+
+    A further group may start when every running call either has run
+    ``hold_s``, or has been judged waiting, or is still being judged but was
+    started beside calls known to wait (so several groups may start at once
+    beside waiting calls, while a group started alone holds the others back
+    until it is judged).
 
     Args:
         hold_s: the longest that calls keeping a CPU busy hold back a further
             group (0: never).
-        backend_cpu: the backend's ``cpu_seconds_of(thread_id)`` (CPU used
-            on behalf of that thread's current call outside it), or None.
+        backend_cpu: the backend's ``cpu_seconds_of(thread_id)`` (busy time
+            spent on that thread's current call outside it), or None.
     """
 
     def __init__(self, hold_s: float, backend_cpu: Callable[[int], float] | None = None) -> None:
         self.hold_s = hold_s
         self._backend_cpu = backend_cpu
-        self._watched: tuple[tuple[int, float], ...] = ()  # the calls the sample is of
-        self._judged = False  # whether busy time counts since _since (the warm-up is over)
-        self._since = 0.0
-        self._cpu = 0.0
+        self._watches: dict[tuple[int, float], _Watch] = {}  # by (id, started): an id alone may be reused
+        self._beside_waiting = False  # the last group admitted started beside running calls, all waiting
 
     def wait_s(self, running: Collection[GatedCall], now: float) -> float:
         """0.0 if a further group may start now, else how long until it is worth asking again.
 
-        Never raises: a CPU clock that cannot be read (its thread has just
-        ended) counts as no CPU used.
+        Never raises: a busy clock that cannot be read (its thread has just
+        ended) counts as no time busy.
         """
         if not running or self.hold_s <= 0:
+            self._beside_waiting = False
+            self._watches.clear()
             return 0.0
-        held = self.hold_s - (now - max(call.started for call in running))
-        if held <= 0:
-            return 0.0
-        watched = tuple((id(call), call.started) for call in running)  # an id alone may be reused
-        if watched != self._watched:
-            # Another set of calls: a warm-up, then a span of their own.
-            self._watched, self._judged, self._since = watched, False, now
-            return min(WARM_UP_S, held)
-        elapsed = now - self._since
-        if not self._judged:
-            if elapsed < WARM_UP_S:
-                return min(WARM_UP_S - elapsed, held)
-            self._judged, self._since, self._cpu = True, now, self._cpu_of(running)
-            return min(JUDGE_S, held)
-        if elapsed < JUDGE_S:
-            return min(JUDGE_S - elapsed, held)
-        # Busy share since the warm-up, not since the last look: the longer
-        # the calls run, the steadier the figure.
-        share = (self._cpu_of(running) - self._cpu) / elapsed / len(running)
-        if share < 0:
-            # A clock went back: a call has just ended (its backend stopped
-            # counting for it) and the set is about to change; judge that one.
-            return min(RECHECK_S, held)
-        return 0.0 if share < BUSY_SHARE else min(RECHECK_S, held)
-
-    def _cpu_of(self, running: Collection[GatedCall]) -> float:
-        total = 0.0
+        watches: dict[tuple[int, float], _Watch] = {}
+        wait = 0.0
+        all_waiting = True
         for call in running:
-            if call.clock is not None:
-                try:
-                    total += call.clock()
-                except (OSError, ValueError, IndexError):
-                    pass  # its thread has just ended
-            if self._backend_cpu is not None:
-                try:
-                    total += self._backend_cpu(call.thread_id)
-                except Exception:
-                    pass  # a backend's gauge must not stop the dispatcher
+            key = (id(call), call.started)
+            watch = self._watches.get(key) or _Watch(now, self._beside_waiting)
+            watches[key] = watch
+            look_again = self._judge(call, watch, now)
+            all_waiting = all_waiting and watch.waiting
+            held = self.hold_s - (now - call.started)
+            if not watch.waiting and held > 0:
+                wait = max(wait, min(look_again, held))
+        self._watches = watches
+        # Only calls known (or presumed) to wait let further groups be
+        # presumed waiting; a computing call past hold_s lets one more start,
+        # to be judged on its own.
+        self._beside_waiting = wait == 0.0 and all_waiting
+        return wait
+
+    def _judge(self, call: GatedCall, watch: _Watch, now: float) -> float:
+        """Update ``watch.waiting``; when it is worth looking at ``call`` again."""
+        elapsed = now - watch.since
+        if not watch.counting:
+            if elapsed >= WARM_UP_S:
+                watch.counting, watch.since, watch.busy_since = True, now, self._busy(call)
+                return JUDGE_S
+            return WARM_UP_S - elapsed
+        if elapsed < JUDGE_S:
+            return JUDGE_S - elapsed
+        # Busy share since the warm-up, not since the last look: the longer
+        # the call runs, the steadier the figure.  A negative share means a
+        # clock went back (the backend stopped counting: the call has just
+        # ended and is about to leave the running set): not waiting.
+        share = (self._busy(call) - watch.busy_since) / elapsed
+        watch.presumed = False
+        watch.judged_waiting = 0 <= share < BUSY_SHARE
+        return RECHECK_S
+
+    def _busy(self, call: GatedCall) -> float:
+        total = 0.0
+        if call.clock is not None:
+            try:
+                total += call.clock()
+            except (OSError, ValueError, IndexError):
+                pass  # its thread has just ended
+        if self._backend_cpu is not None:
+            try:
+                total += self._backend_cpu(call.thread_id)
+            except Exception:
+                pass  # a backend's gauge must not stop the dispatcher
         return total
