@@ -20,7 +20,8 @@ makes the same calls in helper processes (niced: ``helper_nice``).  The
 manager runs its default ``max_concurrent_groups`` (4 groups at once), and
 one row, ``NixlPosixBackend, 1 group at a time``, runs NIXL POSIX with
 ``max_concurrent_groups=1``: on the worker thread, groups probed at once
-hold the GIL together, and that row shows what it costs.
+would hold the GIL together; the worker's CPU gate runs such calls one after
+another, and that row is the yardstick for the default one.
 
 A control row, ``control: GIL-free C``, runs a backend that spends about
 ``control_us`` per key hashing a buffer with ``hashlib`` (which drops the GIL)
@@ -209,12 +210,12 @@ DEFAULT = (
 #: Pure-Python stat loops on the worker thread: ~35 s per 40,000-file window here.
 SLOW = ("FsBackend", "ChunkedFs(256)")
 
-#: The README's figures (busy/idle medians of three runs of ``bench.starvation_commits``), to compare against.
+#: The README's figures (busy/idle medians of two runs of ``bench.starvation_commits``, 2026-12-04), to compare against.
 README_FIGURES = {
-    "NixlPosixBackend": "0.25-0.35",
+    "NixlPosixBackend": "0.72",
     ONE_GROUP: "0.71",
-    "ProcessBackend(NixlPosixBackend)": "0.81-0.84",
-    "ProcessBackend(FsBackend)": "0.84-0.85",
+    "ProcessBackend(NixlPosixBackend)": "0.93-0.94",
+    "ProcessBackend(FsBackend)": "0.91-0.92",
 }
 
 
