@@ -11,12 +11,11 @@ groups").  Nothing in a call's duration tells the two apart; the CPU it
 wants does.
 
 :class:`CpuGate` therefore lets a further group start beside running calls
-only when they have been *busy* (running on a CPU or waiting in the run
-queue for one: a computing call on a crowded machine still counts) less
-than :data:`BUSY_SHARE` of the time each (a call that waits is busy almost
-never), or
-when the youngest of them has run ``hold_s``: a call that keeps a CPU busy
-holds the others back by at most that, never by ``lookup_timeout_s``.  A
+only when each of them either has been *busy* (running on a CPU or
+waiting in the run queue for one: a computing call on a crowded machine
+still counts) less than :data:`BUSY_SHARE` of the time (a call that waits is
+busy almost never), or has itself run ``hold_s``: a call that keeps a CPU
+busy holds the others back by at most that, never by ``lookup_timeout_s``.  A
 call's busy time is its caller thread's plus, for a backend with
 ``cpu_seconds_of(thread_id)`` such as ``ProcessBackend``, the helper process
 serving it.  Each call is judged on its own: its busy time counts from
@@ -60,7 +59,7 @@ __all__ = [
 #: Seconds a thread (or process) has been busy so far; raises OSError once it has ended.
 BusyClock = Callable[[], float]
 
-#: After the running calls change, busy time counts from this much later.
+#: A call's busy time counts from this long after the gate first sees it.
 WARM_UP_S = 0.002
 
 #: The shortest span of busy time the gate judges: five GIL switch
@@ -201,7 +200,7 @@ class CpuGate:
         return wait
 
     def _judge(self, call: GatedCall, watch: _Watch, now: float) -> float:
-        """Update ``watch.waiting``; when it is worth looking at ``call`` again."""
+        """Judge ``call`` into ``watch`` (a presumption ends once it is judged); when to look again."""
         elapsed = now - watch.since
         if not watch.counting:
             if elapsed >= WARM_UP_S:

@@ -232,9 +232,9 @@ class ThreadedWorker:
     caller goes back to the pool.  Threads: 1 dispatcher + at most
     ``max_concurrent_groups`` busy callers + ``max_stuck_calls`` stuck ones.
 
-    A further group starts beside running calls only while they wait rather
-    than compute (under half a CPU each, the helper process serving a call
-    included), or once the youngest has run ``busy_call_hold_s``: calls that
+    A further group starts beside running calls only while each of them
+    waits rather than computes (busy under a fifth of the time, the helper
+    process serving it included) or has run ``busy_call_hold_s``: calls that
     compute together only take the scheduler's CPU and GIL
     (:mod:`kvprobe.statemachine.cpu_gate`).
 
