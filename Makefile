@@ -29,7 +29,7 @@ check: $(VENV)/.core-installed
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/python -m buildtools.typecheck
 
 # The object-store tests need Ceph RGW; as root with apt it is installed,
 # otherwise those tests skip with a line saying how to install it.
