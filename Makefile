@@ -1,5 +1,6 @@
 # Two entry points for a new user on a fresh machine (Python 3.10+, Java 17):
-#   make check   set up a venv with the core package and run TLC on the default model
+#   make check   set up a venv with the core package (compiled when a C compiler
+#                is present, pure Python otherwise) and run TLC on the default model
 #   make test    set up the full dev venv (torch CPU, NIXL, moto, dev tools) and run every test
 PY ?= python3
 VENV ?= .venv
@@ -17,13 +18,17 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 # torch first: nixl-cu12 requires torch, and without a CPU torch already
-# present pip would fetch a multi-GB CUDA build.
+# present pip would fetch a multi-GB CUDA build.  The development install is
+# pure Python (an edit to a .py must be what the tests run); test-compiled
+# builds the compiled core in place and removes it afterwards.
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(MAKE) -s pure
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[nixl,s3,dev]'
+	KVPROBE_COMPILE=0 $(PIP) install -q -e '.[nixl,s3,dev]'
 	touch $@ $(VENV)/.core-installed
 
 check: $(VENV)/.core-installed
+	$(BIN)/kvprobe --version
 	$(BIN)/kvprobe check
 
 lint: $(VENV)/.dev-installed
@@ -44,12 +49,14 @@ test: lint rgw
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.run_all
 
-# The optional compiled core (mypyc over the same typed source): built in
-# place, its .so files shadow statemachine/core.py and records.py until
-# `make pure` removes them.  test-compiled runs the whole suite against it.
+# The compiled core (mypyc over the same typed source) in the development
+# checkout: built in place, its .so files shadow the hot-path modules of
+# statemachine/ until `make pure` removes them (an edit made meanwhile is
+# reported as stale by `kvprobe --version`, and the suite refuses to run).
+# test-compiled runs the whole suite against it.
 compiled: $(VENV)/.dev-installed
 	KVPROBE_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace
-	$(BIN)/python -c "import kvprobe.statemachine.core as c; assert c.COMPILED, c.__file__; print('compiled core:', c.__file__)"
+	$(BIN)/python -c "from kvprobe.build_info import build_info as b; i = b(); assert i.kind == 'compiled' and not i.stale, i; print(i.describe())"
 
 pure:
 	rm -rf statemachine/*.so *__mypyc*.so build

@@ -1,13 +1,15 @@
-"""The PEP 517 build backend: setuptools, plus mypy when the compiled core is asked for.
+"""The PEP 517 build backend: setuptools, plus mypy when the core is compiled.
 
-``KVPROBE_COMPILE=1 pip install .`` compiles the scheduler core with mypyc
-(see ``setup.py``); mypyc ships with mypy, so only then does the build
-environment need it.  Every other hook is setuptools' own.
+``pip install .`` compiles the scheduler core with mypyc whenever a C
+compiler is present (see ``toolchain.py`` and ``setup.py``); mypyc ships
+with mypy, so only then does the build environment need it.  Every other
+hook is setuptools' own.
 """
 
 from __future__ import annotations
 
-import os
+import sys
+from pathlib import Path
 
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (
@@ -34,8 +36,13 @@ __all__ = [
 MYPYC = "mypy>=1.10"
 
 
+# pip puts this folder, not the checkout, on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from buildtools.toolchain import will_compile  # noqa: E402
+
+
 def _compiling() -> bool:
-    return os.environ.get("KVPROBE_COMPILE") == "1"
+    return will_compile()
 
 
 # When compiling, setuptools' own hook cannot be asked: it runs setup.py,
@@ -44,10 +51,10 @@ def _compiling() -> bool:
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, str | list[str]] | None = None) -> list[str]:
-    """setuptools' requirements, or mypy when ``KVPROBE_COMPILE=1``."""
+    """setuptools' requirements, plus mypy when the core is compiled."""
     return [MYPYC] if _compiling() else _setuptools.get_requires_for_build_wheel(config_settings)
 
 
 def get_requires_for_build_editable(config_settings: dict[str, str | list[str]] | None = None) -> list[str]:
-    """setuptools' requirements, or mypy when ``KVPROBE_COMPILE=1``."""
+    """setuptools' requirements, plus mypy when the core is compiled."""
     return [MYPYC] if _compiling() else _setuptools.get_requires_for_build_editable(config_settings)

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from kvprobe.build_info import build_info
 
 settings.register_profile("default", max_examples=100, stateful_step_count=40, deadline=None)
 settings.register_profile(
@@ -33,3 +36,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_report_header() -> str:
+    return f"kvprobe: {build_info().describe()}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # An in-place compiled module older than its .py would be what the tests
+    # import: the suite would pass on code that no longer exists.
+    info = build_info()
+    if info.stale:
+        pytest.exit(f"kvprobe: {info.describe()}", returncode=4)
