@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vllm_harness import settle
+from vllm_harness import chain_retry_then_miss
 
 from kvprobe.integrations.vllm import AsyncLookupManager as DropIn
 from kvprobe.integrations.vllm import ChainAnswer, LookupResult, as_lookup_result
@@ -93,11 +93,4 @@ def test_chain_result_kinds_on_a_threaded_kvprobe_manager(tmp_path: Any) -> None
 
     with AsyncLookupManager(Half(), name="chain") as m:
         keys = [bytes([1]) * 20, bytes([2]) * 20, bytes([200]) * 20, bytes([3]) * 20]
-        first = m.lookup_chain(keys, CTX)
-        assert first == ChainAnswer(0, False, True, 4)
-        assert as_lookup_result(first) is LookupResult.RETRY
-        m.flush()
-        settle(m)
-        done = m.lookup_chain(keys, CTX)
-        assert done == ChainAnswer(2, True, False, 3)
-        assert as_lookup_result(done) is LookupResult.MISS
+        chain_retry_then_miss(m, keys, CTX)

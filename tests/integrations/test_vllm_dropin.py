@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from vllm_harness import SetTier, hold_in_flight, raise_after, settle
+from vllm_harness import SetTier, chain_retry_then_miss, hold_in_flight, raise_after, settle
 
 from kvprobe.integrations.vllm import AsyncLookupManager, ChainAnswer, LookupResult, as_lookup_result
 from kvprobe.statemachine import LookupPhase, ManagerClosedError, ReqContext
@@ -308,14 +308,7 @@ def test_a_subclass_that_overrides_lookup_keeps_its_override() -> None:
 
 def test_lookup_chain_maps_a_requests_blocks_to_vllm_result_kinds(tier: SetTier) -> None:
     blocks = [A, C, B, D]  # A, C stored; B not; D never looked at (after the miss)
-    first = tier.lookup_chain(blocks, R1)
-    assert first == ChainAnswer(0, False, True, 4)
-    assert as_lookup_result(first) is LookupResult.RETRY
-    tier.flush()
-    settle(tier)
-    done = tier.lookup_chain(blocks, R1)
-    assert done == ChainAnswer(2, True, False, 3)
-    assert as_lookup_result(done) is LookupResult.MISS
+    chain_retry_then_miss(tier, blocks, R1)
     tier.stored.update({B, D, E})
     tier.mark_miss([C])  # loading C failed
     assert tier.lookup_chain(blocks, R1).leading_hits == 1
