@@ -163,6 +163,11 @@ def conform_seeds(checkers_md: str) -> tuple[int, int, int, int]:
     return failed, seeds, honest_failed, honest_seeds
 
 
+def trace_power(text: str) -> list[int]:
+    """How many named mutant cores a text says trace validation rejects ("all N named mutant cores")."""
+    return [int(n) for n in re.findall(r"all (\d+)\s+named\s+mutant\s+cores", text)]
+
+
 def expected_power(checkers_md: str) -> dict[str, tuple[list[int], list[int]]]:
     """The power table's numbers as the declarations and the measured conform table give them."""
     n = mutant_counts()

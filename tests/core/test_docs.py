@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 
 import pytest
-from doc_facts import ROOT, default_invariants, expected_power, model_actions, power_table, tla_definitions
+from doc_facts import (
+    ROOT,
+    default_invariants,
+    expected_power,
+    model_actions,
+    mutant_counts,
+    power_table,
+    tla_definitions,
+    trace_power,
+)
 
 import kvprobe
 from kvprobe.backends import InMemoryBackend
@@ -35,6 +44,7 @@ def test_metrics_doc_lists_exactly_the_failure_kinds_exported() -> None:
 def test_checkers_power_table_counts_the_declared_defects() -> None:
     checkers_md = (DOCS / "checkers.md").read_text()
     assert power_table(checkers_md) == expected_power(checkers_md)
+    assert trace_power(checkers_md) == [mutant_counts()["core_named"]]
 
 
 def test_properties_lists_the_models_actions() -> None:

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from doc_facts import ROOT, default_invariants, expected_power, model_actions, power_table
+from doc_facts import ROOT, default_invariants, expected_power, model_actions, mutant_counts, power_table, trace_power
 
 README = (ROOT / "README.md").read_text()
 TIMES, EN_DASH = "\u00d7", "\u2013"  # how the docs write 0.82x and 0.93-0.94
@@ -64,6 +64,7 @@ def test_the_make_test_figure_is_not_more_than_the_suite_holds() -> None:
 def test_power_table_counts_the_declared_defects() -> None:
     checkers_md = (ROOT / "docs" / "checkers.md").read_text()
     assert power_table(README) == expected_power(checkers_md)
+    assert trace_power(README) == [mutant_counts()["core_named"]]
 
 
 def test_action_and_invariant_counts_are_the_models() -> None:
