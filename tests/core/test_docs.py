@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from doc_facts import (
@@ -18,7 +19,9 @@ from doc_facts import (
 
 import kvprobe
 from kvprobe.backends import InMemoryBackend
+from kvprobe.spec.replay import replay
 from kvprobe.statemachine import AsyncLookupManager
+from kvprobe.statemachine.trace import read_ndjson
 
 DOCS = ROOT / "docs"
 
@@ -87,3 +90,15 @@ def test_documented_top_level_imports_are_exported() -> None:
 def test_docs_do_not_cite_the_design_brief() -> None:
     for path in [ROOT / "README.md", *DOCS.glob("*.md"), *(ROOT / "examples").glob("*.py")]:
         assert "DESIGN.md" not in path.read_text(), path
+
+
+def test_the_trace_recipe_records_a_trace_the_model_replays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = re.search(r"### Recording a trace\n.*?```python\n(.*?)```", (DOCS / "checkers.md").read_text(), flags=re.S)
+    assert recipe is not None
+    monkeypatch.chdir(tmp_path)
+    exec(compile(recipe.group(1), "docs/checkers.md trace recipe", "exec"), {"__name__": "recipe"})
+    events = read_ndjson((tmp_path / "run.ndjson").read_text().splitlines())
+    report = replay(events)
+    # How often the loop asks again depends on the worker's timing; every event must replay.
+    assert report.events == len(events) >= 9
+    assert set(report.by_action) == {"Lookup", "Flush", "TakeBatch", "CompleteGroup", "Drain", "Cleanup", "Shutdown"}
