@@ -5,6 +5,9 @@ Each step: new requests arrive; every waiting request looks up its blocks
 all known is scheduled and "loads" its longest stored prefix; one load fails
 and is reported with ``mark_miss``; finished requests are cleaned up; the
 step ends with ``flush``.  Nothing here blocks on the tier.
+
+Keys are vLLM offload keys, built by :func:`block_key` (the one key encoding
+of every example, and of ``docs/backends.md``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvprobe.statemachine import AsyncLookupManager, ReqContext
+from kvprobe import AsyncLookupManager, ReqContext
+
+
+def block_key(block_hash: bytes, group: int = 0) -> bytes:
+    """A vLLM offload key: the block hash, then the KV-cache group index as 4 big-endian bytes.
+
+    (vLLM's ``make_offload_key``; the backends keep the group suffix in the
+    block's file or object name.)
+    """
+    return block_hash + group.to_bytes(4, "big")
 
 
 @dataclass
@@ -32,10 +44,10 @@ class Request:
 
 def make_requests(rng: random.Random, count: int, blocks: int) -> list[Request]:
     """Requests sharing a common prefix (a system prompt) plus their own blocks."""
-    shared = [rng.randbytes(32) + (0).to_bytes(4, "little") for _ in range(blocks // 2)]
+    shared = [block_key(rng.randbytes(32)) for _ in range(blocks // 2)]
     out = []
     for i in range(count):
-        own = [rng.randbytes(32) + (0).to_bytes(4, "little") for _ in range(blocks - len(shared))]
+        own = [block_key(rng.randbytes(32)) for _ in range(blocks - len(shared))]
         out.append(Request(f"req-{i}", shared + own))
     return out
 

@@ -12,7 +12,7 @@ import tempfile
 
 from _scheduler import run
 
-from kvprobe.backends import FsBackend
+from kvprobe import FsBackend
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import sys
 
 from _scheduler import run
 
-from kvprobe.backends import NixlObjBackend
+from kvprobe import NixlObjBackend
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import tempfile
 
 from _scheduler import run
 
-from kvprobe.backends import NixlPosixBackend
+from kvprobe import NixlPosixBackend
 
 
 def main() -> None:

@@ -19,16 +19,21 @@ from typing import Any
 
 from _scheduler import run
 
-from kvprobe.backends import FsBackend, ProcessBackend
+from kvprobe import FsBackend, NixlPosixBackend, ProcessBackend
 
 
-def lookup_backend_class() -> Any:
-    from kvprobe.backends._nixl_import import nixl_unavailable
+def lookup_backend_class(root: str) -> Any:
+    """NixlPosixBackend when NIXL loads here, else FsBackend.
 
-    if nixl_unavailable() is not None:
+    Building a NIXL backend without NIXL raises ``ImportError`` naming the
+    extra; one is built (and closed) here rather than in the helper, so a
+    missing NIXL falls back instead of failing every helper call.
+    """
+    try:
+        NixlPosixBackend(root).close()
+    except ImportError as missing:
+        print(f"NIXL not available ({str(missing)[:60]}...); the helper runs FsBackend")
         return FsBackend
-    from kvprobe.backends import NixlPosixBackend
-
     return NixlPosixBackend
 
 
@@ -36,7 +41,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kvprobe-process-") as tmp:
         root = sys.argv[1] if len(sys.argv) > 1 else tmp
         writer = FsBackend(root)
-        with ProcessBackend(partial(lookup_backend_class(), root)) as tier:
+        with ProcessBackend(partial(lookup_backend_class(root), root)) as tier:
             print(f"tier: {tier!r}; helper pids {tier.pids}")
             run(tier, writer=writer)
 

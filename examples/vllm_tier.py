@@ -15,8 +15,11 @@ a failed load                  ``mark_miss(keys)``: never claim them again
 =============================  ===============================================
 
 Inside vLLM the import would be ``from vllm.v1.kv_offload.tiering.async_lookup
-import AsyncLookupManager``; nothing else changes.  The scheduler side asks
-for a request's leading stored blocks with ``lookup_prefix``.
+import AsyncLookupManager``; nothing else changes.  (This ``AsyncLookupManager``
+is the vLLM-shaped drop-in; kvprobe's native manager of that name takes a
+backend object instead of being subclassed.)  The scheduler side asks for a
+request's leading stored blocks with ``lookup_chain``, and maps its answer to
+vLLM's result kinds with ``as_lookup_result``.
 
 Run it (no extra needed; it uses a temporary directory)::
 
@@ -30,9 +33,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kvprobe.backends import FsBackend
+from _scheduler import block_key
+
+from kvprobe import FsBackend, ReqContext
 from kvprobe.integrations.vllm import AsyncLookupManager, LookupResult, as_lookup_result
-from kvprobe.statemachine import ReqContext
 
 
 class FsLookupManager(AsyncLookupManager):
@@ -72,21 +76,22 @@ class FsTier:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kvprobe-vllm-") as root:
         tier = FsTier(root)
-        blocks = [bytes([i]) * 32 + (0).to_bytes(4, "big") for i in range(10)]
+        blocks = [block_key(bytes([i]) * 32) for i in range(10)]
         for key in blocks[:6]:
             tier.files.store(key, b"kv")
         req = ReqContext("req-A")
         try:
             step = 0
-            while (found := tier.lookups.lookup_prefix(blocks, req)).result is LookupResult.RETRY:
+            while (found := tier.lookups.lookup_chain(blocks, req)).pending:
                 tier.on_schedule_end()  # the scheduler moves on; the worker probes
                 time.sleep(0.005)
                 step += 1
-            print(f"after {step} step(s): {found.result.name}, {found.hits} of {len(blocks)} blocks in the tier")
+            kind = as_lookup_result(found).name
+            print(f"after {step} step(s): {kind}, {found.leading_hits} of {len(blocks)} blocks in the tier")
             print(f"block 0 alone: {tier.lookup(blocks[0], req).name}")
             tier.on_load_failed(blocks[5:6])  # the 6th block turned out unreadable
-            again = tier.lookups.lookup_prefix(blocks, req)
-            print(f"after the failed load: {again.result.name}, {again.hits} leading blocks")
+            again = tier.lookups.lookup_chain(blocks, req)
+            print(f"after the failed load: {as_lookup_result(again).name}, {again.leading_hits} leading blocks")
             tier.on_request_finished(req)
             tier.on_schedule_end()
             print(f"states held: {len(tier.lookups)}; backend calls: {tier.lookups.stats.backend_calls}")

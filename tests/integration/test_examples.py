@@ -1,11 +1,14 @@
-"""The runnable examples run: each scheduler loop finishes with nothing held.
+"""The runnable examples run, use only kvprobe's public names, and encode keys one way.
 
 Only the examples that need no network server are run here (the object store
-example starts its own moto server and is covered by the S3 integration tests).
+example starts its own moto server and is covered by the S3 integration
+tests; examples/vllm_tier.py is run by tests/integrations/test_vllm_fs_tier.py).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SCRIPTS = sorted(EXAMPLES.glob("*.py"))
 
 
 @pytest.mark.parametrize("script", ["fs_tier.py", "process_tier.py"])
@@ -29,3 +33,46 @@ def test_example_scheduler_loop_finishes_clean(script: str, tmp_path: Path) -> N
     assert done.stdout.count("scheduled") == 8, done.stdout
     assert "states held: 0;" in done.stdout
     assert "backend_errors=0" in done.stdout and "hits=0," not in done.stdout
+
+
+def kvprobe_imports(tree: ast.AST) -> list[tuple[str, str | None]]:
+    """Every (module, name) a module imports from kvprobe; name None for ``import kvprobe.x``."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "kvprobe":
+            found += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names if alias.name.split(".")[0] == "kvprobe"]
+    return found
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+def test_examples_use_public_names_only(script: Path) -> None:
+    imports = kvprobe_imports(ast.parse(script.read_text()))
+    for module, name in imports:
+        assert not any(part.startswith("_") for part in module.split(".")), f"{script.name}: private module {module}"
+        if name is not None:
+            public = getattr(importlib.import_module(module), "__all__", ())
+            assert name in public, f"{script.name}: {module}.{name} is not in {module}.__all__"
+
+
+def test_every_example_imports_kvprobe() -> None:
+    # The public-names check above means something only if each example does import kvprobe.
+    assert [s.name for s in SCRIPTS if not kvprobe_imports(ast.parse(s.read_text()))] == []
+
+
+def test_examples_encode_keys_one_way() -> None:
+    """One key encoding: every example builds its keys with _scheduler.block_key (vLLM's layout)."""
+    encoders = []
+    for script in SCRIPTS:
+        tree = ast.parse(script.read_text())
+        enclosing = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("to_bytes", "from_bytes"):
+                    scope: ast.AST = node
+                    while scope in enclosing and not isinstance(scope, ast.FunctionDef):
+                        scope = enclosing[scope]
+                    where = scope.name if isinstance(scope, ast.FunctionDef) else "<module>"
+                    encoders.append((script.name, where, ast.unparse(node)))
+    assert encoders == [("_scheduler.py", "block_key", "group.to_bytes(4, 'big')")]

@@ -16,9 +16,9 @@ import time
 from typing import Any
 
 import pytest
-from vllm_harness import SetTier, hold_in_flight, raise_after, settle
+from vllm_harness import SetTier, chain_retry_then_miss, hold_in_flight, raise_after, settle
 
-from kvprobe.integrations.vllm import AsyncLookupManager, LookupResult, PrefixVerdict, as_lookup_result
+from kvprobe.integrations.vllm import AsyncLookupManager, ChainAnswer, LookupResult, as_lookup_result
 from kvprobe.statemachine import LookupPhase, ManagerClosedError, ReqContext
 from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 
@@ -306,30 +306,36 @@ def test_a_subclass_that_overrides_lookup_keeps_its_override() -> None:
         t.shutdown()
 
 
-def test_lookup_prefix_maps_a_requests_blocks_to_vllm_result_kinds(tier: SetTier) -> None:
+def test_lookup_chain_maps_a_requests_blocks_to_vllm_result_kinds(tier: SetTier) -> None:
     blocks = [A, C, B, D]  # A, C stored; B not; D never looked at (after the miss)
-    first = tier.lookup_prefix(blocks, R1)
-    assert (first.result, first.hits, first.looked_up) == (LookupResult.RETRY, 0, 4)
-    tier.flush()
-    settle(tier)
-    done = tier.lookup_prefix(blocks, R1)
-    assert (done.result, done.hits, done.looked_up) == (LookupResult.MISS, 2, 3)
+    chain_retry_then_miss(tier, blocks, R1)
     tier.stored.update({B, D, E})
     tier.mark_miss([C])  # loading C failed
-    assert tier.lookup_prefix(blocks, R1).hits == 1
+    assert tier.lookup_chain(blocks, R1).leading_hits == 1
     # A is resolved already: another request gets its verdict at once.
-    assert tier.lookup_prefix([A], R2) == PrefixVerdict(LookupResult.HIT, 1, 1)
+    assert tier.lookup_chain([A], R2) == ChainAnswer(1, False, False, 1)
     # B is resolved False, E is new: a miss first, so E is not looked up.
-    assert tier.lookup_prefix([A, B, E], R2) == PrefixVerdict(LookupResult.MISS, 1, 2)
+    assert tier.lookup_chain([A, B, E], R2) == ChainAnswer(1, True, False, 2)
     assert tier.manager.core.phase(E) is None
     # Unknown keys before any miss: retry, with the known leading hits.
-    assert tier.lookup_prefix([A, E], R2) == PrefixVerdict(LookupResult.RETRY, 1, 2)
+    assert tier.lookup_chain([A, E], R2) == ChainAnswer(1, False, True, 2)
     tier.flush()
     settle(tier)
-    assert tier.lookup_prefix([A, E], R2) == PrefixVerdict(LookupResult.HIT, 2, 2)
-    assert tier.lookup_prefix([], R2) == PrefixVerdict(LookupResult.HIT, 0, 0)
+    every = tier.lookup_chain([A, E], R2)
+    assert every == ChainAnswer(2, False, False, 2)
+    assert as_lookup_result(every) is LookupResult.HIT
+    assert tier.lookup_chain([], R2) == ChainAnswer(0, False, False, 0)
     with pytest.raises(InvalidInputError, match="single"):
-        tier.lookup_prefix(A, R2)
+        tier.lookup_chain(A, R2)
+
+
+def test_repr_names_the_drop_in_and_the_native_manager_under_it(tier: SetTier) -> None:
+    tier.lookup(A, R1)
+    assert repr(tier) == (
+        "<SetTier 'set': vLLM drop-in (kvprobe.integrations.vllm) over <AsyncLookupManager 'set' 1 states>>"
+    )
+    tier.shutdown()
+    assert repr(tier).endswith("over <AsyncLookupManager 'set' closed>>")
 
 
 def test_as_lookup_result_follows_the_given_enum() -> None:
@@ -348,5 +354,7 @@ def test_as_lookup_result_follows_the_given_enum() -> None:
     ]
     assert as_lookup_result(True, VllmLike) is VllmLike.HIT
     assert as_lookup_result(None, VllmLike) is VllmLike.RETRY
+    assert as_lookup_result(ChainAnswer(1, True, False, 2), VllmLike) is VllmLike.MISS
+    assert as_lookup_result(ChainAnswer(1, True, True, 3), VllmLike) is VllmLike.RETRY
     with pytest.raises(InvalidInputError):
         as_lookup_result(1)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kvprobe.integrations.vllm import AsyncLookupManager
+from kvprobe.integrations.vllm import AsyncLookupManager, ChainAnswer, LookupResult, as_lookup_result
 from kvprobe.statemachine import AsyncLookupManager as KvprobeManager
 
 
@@ -23,6 +23,22 @@ def settle(m: AsyncLookupManager | KvprobeManager, timeout_s: float = 10.0) -> N
             raise AssertionError(f"the worker answered {len(core.inbox)} of {len(core.outstanding)} groups")
         time.sleep(0.001)
     m.drain_results()
+
+
+def chain_retry_then_miss(m: AsyncLookupManager | KvprobeManager, keys: list[bytes], ctx: Any) -> None:
+    """Four keys, the first two stored and the third not: one step's chain walks and their result kinds.
+
+    Before the step nothing is known (RETRY, every key looked up); after it the
+    walk stops at the third key (MISS, two leading hits, the fourth never looked up).
+    """
+    first = m.lookup_chain(keys, ctx)
+    assert first == ChainAnswer(0, False, True, 4)
+    assert as_lookup_result(first) is LookupResult.RETRY
+    m.flush()
+    settle(m)
+    done = m.lookup_chain(keys, ctx)
+    assert done == ChainAnswer(2, True, False, 3)
+    assert as_lookup_result(done) is LookupResult.MISS
 
 
 class ScriptedTier:

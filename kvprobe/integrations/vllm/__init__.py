@@ -8,12 +8,16 @@ subclass on kvprobe's verified core and threaded worker; ``docs/vllm.md``
 lists where the behaviour differs (every difference is a case where vLLM's
 base class crashes, stalls or leaks).
 
-:func:`lookup_prefix` and :func:`as_lookup_result` map verdicts to vLLM's
-lookup result kinds (``HIT`` / ``MISS`` / ``RETRY``).  vLLM is not imported:
-pass vLLM's own ``LookupResult`` enum as ``kinds`` inside an engine.
+This ``AsyncLookupManager`` is the vLLM-shaped drop-in; kvprobe's native
+manager of the same name is ``kvprobe.AsyncLookupManager`` (the drop-in runs
+one underneath).  Both have ``lookup_chain(keys, req_context)`` returning a
+:class:`ChainAnswer`; :func:`as_lookup_result` maps a verdict or a chain
+answer to vLLM's lookup result kinds (``HIT`` / ``MISS`` / ``RETRY``).  vLLM
+is not imported: pass vLLM's own ``LookupResult`` enum as ``kinds`` inside
+an engine.
 """
 
 from kvprobe.integrations.vllm.manager import AsyncLookupManager
-from kvprobe.integrations.vllm.results import ChainAnswer, LookupResult, PrefixVerdict, as_lookup_result, lookup_prefix
+from kvprobe.integrations.vllm.results import ChainAnswer, LookupResult, as_lookup_result
 
-__all__ = ["AsyncLookupManager", "ChainAnswer", "LookupResult", "PrefixVerdict", "as_lookup_result", "lookup_prefix"]
+__all__ = ["AsyncLookupManager", "ChainAnswer", "LookupResult", "as_lookup_result"]

@@ -1,5 +1,14 @@
 """The drop-in base class: vLLM's ``AsyncLookupManager`` shape, kvprobe's contract.
 
+Two classes are called ``AsyncLookupManager``.  kvprobe's own, native one
+(``kvprobe.AsyncLookupManager``, defined in ``kvprobe.statemachine``) takes
+a backend object and is what an engine other than vLLM uses.  This one,
+``kvprobe.integrations.vllm.AsyncLookupManager``, keeps vLLM's class name and
+shape so that a vLLM tier switches with one import (or the one assignment
+``async_lookup.AsyncLookupManager = kvprobe.integrations.vllm.AsyncLookupManager``
+before the tiers are imported); it runs a native manager underneath
+(:attr:`AsyncLookupManager.manager`).  Its ``repr`` says which it is.
+
 vLLM's base class (``vllm/v1/kv_offload/tiering/async_lookup.py``) keeps the
 probe table itself and runs one background thread; a tier subclasses it and
 implements ``batch_lookup``.  This class has the same constructor argument
@@ -18,12 +27,11 @@ import logging
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from kvprobe.integrations.vllm.results import PrefixVerdict, lookup_prefix
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager
 from kvprobe.statemachine.manager import WorkerChoice
 from kvprobe.statemachine.trace import TraceSink
-from kvprobe.statemachine.types import HasReqId, InvalidInputError, Key, Stats
+from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, Stats
 from kvprobe.statemachine.workers import DEFAULT_CONCURRENT_GROUPS, DEFAULT_HOLD_S
 
 __all__ = ["AsyncLookupManager"]
@@ -56,7 +64,12 @@ class _SubclassBackend:
 
 
 class AsyncLookupManager(abc.ABC):
-    """Per-tier asynchronous existence lookups, as vLLM's base class, on kvprobe's core.
+    """The vLLM drop-in: vLLM's base class shape, running on a native kvprobe manager.
+
+    Not kvprobe's native ``AsyncLookupManager`` (``kvprobe.AsyncLookupManager``,
+    which takes a backend object): this one keeps vLLM's name, constructor
+    and abstract :meth:`batch_lookup` so that a vLLM tier switches by one
+    import, and delegates to the native manager it owns (:attr:`manager`).
 
     Subclass it and implement :meth:`batch_lookup`, exactly as with vLLM's
     class; the owning tier delegates ``lookup`` to :meth:`lookup`,
@@ -219,18 +232,22 @@ class AsyncLookupManager(abc.ABC):
 
     # --- kvprobe extras --------------------------------------------------------------
 
-    def lookup_prefix(self, keys: Sequence[Key], req_context: HasReqId) -> PrefixVerdict:
-        """How many leading blocks of a request are stored, as a vLLM result kind.
+    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
+        """Look up a request's ordered keys, stopping after the first known MISS.
 
-        See :func:`kvprobe.integrations.vllm.lookup_prefix`; the walk runs on
-        the kvprobe manager underneath (an override of :meth:`lookup` in a
-        subclass is not called).
+        The native manager's ``lookup_chain`` (same arguments, same
+        :class:`~kvprobe.statemachine.types.ChainAnswer`): ``lookup`` of each
+        key in order up to and including the first known not stored, so
+        every key before it joins this step's batch.  An override of
+        :meth:`lookup` in a subclass is not called.  For vLLM's result kind
+        pass the answer to :func:`kvprobe.integrations.vllm.as_lookup_result`.
 
         Raises:
-            InvalidInputError: bad keys or context.
+            InvalidInputError: ``keys`` is a single key or holds a non-bytes
+                element, or ``req_context`` has no string ``req_id``.
             ManagerClosedError: after :meth:`shutdown`.
         """
-        return lookup_prefix(self._manager, keys, req_context)
+        return self._manager.lookup_chain(keys, req_context)
 
     @property
     def tier_type(self) -> str:
@@ -264,4 +281,7 @@ class AsyncLookupManager(abc.ABC):
         self.shutdown()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} (kvprobe drop-in) {self._tier_type!r} {len(self)} states>"
+        return (
+            f"<{type(self).__name__} {self._tier_type!r}: vLLM drop-in (kvprobe.integrations.vllm) "
+            f"over {self._manager!r}>"
+        )

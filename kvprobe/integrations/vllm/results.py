@@ -3,31 +3,27 @@
 vLLM's offloading managers answer a lookup with a ``LookupResult``: ``HIT``
 (stored and readable), ``MISS`` (not stored), ``RETRY`` (not known yet: ask
 again next step), and ``HIT_PENDING`` (stored but not readable yet, which an
-existence check never says).  A secondary tier maps its lookup manager's
-``True`` / ``False`` / ``None`` one to one (:func:`as_lookup_result`).
+existence check never says).  :func:`as_lookup_result` maps what kvprobe
+answered to those kinds, one to one:
 
-The scheduler wants more than one block: how many *leading* blocks of a
-request's prompt it can load.  :func:`lookup_prefix` walks the request's
-ordered keys with the chain lookup (the single ``lookup`` of each key, in
-order, stopping after the first key known not stored, so every key before it
-joins this step's batch) and reduces the walk to a :class:`PrefixVerdict`:
-
-* ``HIT``: every key is stored (``hits == len(keys)``);
-* ``MISS``: the first ``hits`` keys are stored and ``keys[hits]`` is not;
-* ``RETRY``: some key before the first known miss has no verdict yet; ``hits``
-  counts the leading keys already known stored.  Ask again next step.
+* a single ``lookup``'s ``True`` / ``False`` / ``None`` -> ``HIT`` / ``MISS``
+  / ``RETRY``;
+* a chain lookup's :class:`~kvprobe.statemachine.types.ChainAnswer` (a
+  request's ordered keys, looked up in order and stopping after the first key
+  known not stored; ``lookup_chain`` on either ``AsyncLookupManager``) ->
+  ``HIT`` when every key is stored, ``MISS`` when the walk stopped at a key
+  known not stored (``leading_hits`` keys before it are stored), ``RETRY``
+  when a key before the stop has no verdict yet (ask again next step).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key
+from kvprobe.statemachine.types import ChainAnswer, InvalidInputError
 
-__all__ = ["ChainAnswer", "LookupResult", "PrefixVerdict", "as_lookup_result", "lookup_prefix", "prefix_verdict"]
+__all__ = ["ChainAnswer", "LookupResult", "as_lookup_result"]
 
 
 class LookupResult(enum.Enum):
@@ -42,58 +38,24 @@ class LookupResult(enum.Enum):
 Kind = TypeVar("Kind", bound=enum.Enum)
 
 
-def as_lookup_result(verdict: bool | None, kinds: type[Kind] = LookupResult) -> Kind:  # type: ignore[assignment]
-    """``True`` -> ``HIT``, ``False`` -> ``MISS``, ``None`` -> ``RETRY``, as members of ``kinds``.
+def as_lookup_result(answer: bool | ChainAnswer | None, kinds: type[Kind] = LookupResult) -> Kind:  # type: ignore[assignment]
+    """A verdict or a chain answer as a member of ``kinds`` (see the module docstring).
 
     ``kinds`` is any enum with members named ``HIT``, ``MISS`` and ``RETRY``;
     inside vLLM pass ``vllm.v1.kv_offload.base.LookupResult``.
 
     Raises:
-        InvalidInputError: ``verdict`` is not True, False or None.
+        InvalidInputError: ``answer`` is not True, False, None or a
+            :class:`~kvprobe.statemachine.types.ChainAnswer`.
     """
-    if verdict is None:
+    if isinstance(answer, ChainAnswer):
+        if answer.pending:
+            return kinds["RETRY"]
+        return kinds["MISS"] if answer.stopped_at_miss else kinds["HIT"]
+    if answer is None:
         return kinds["RETRY"]
-    if verdict is True:
+    if answer is True:
         return kinds["HIT"]
-    if verdict is False:
+    if answer is False:
         return kinds["MISS"]
-    raise InvalidInputError(f"a verdict is True, False or None, got {type(verdict).__name__}")
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixVerdict:
-    """A request's leading stored blocks, in vLLM's terms (see the module docstring)."""
-
-    result: LookupResult
-    hits: int
-    looked_up: int
-
-
-def prefix_verdict(answer: ChainAnswer, n_keys: int) -> PrefixVerdict:
-    """Reduce the :class:`~kvprobe.statemachine.types.ChainAnswer` of ``n_keys`` keys to a :class:`PrefixVerdict`."""
-    if answer.pending:
-        return PrefixVerdict(LookupResult.RETRY, answer.leading_hits, answer.looked_up)
-    if answer.stopped_at_miss:
-        return PrefixVerdict(LookupResult.MISS, answer.leading_hits, answer.looked_up)
-    return PrefixVerdict(LookupResult.HIT, n_keys, answer.looked_up)
-
-
-class _ChainLookups(Protocol):
-    def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer: ...
-
-
-def lookup_prefix(manager: _ChainLookups, keys: Sequence[Key], req_context: HasReqId) -> PrefixVerdict:
-    """Look up a request's ordered block keys; how many leading blocks are stored.
-
-    ``manager`` is a kvprobe ``AsyncLookupManager`` (or anything with its
-    ``lookup_chain(keys, req_context)``): the walk is its chain lookup.
-
-    Raises:
-        InvalidInputError: ``keys`` is a single ``bytes`` rather than a
-            sequence of keys (nothing was looked up), or a key or the context
-            is invalid (the keys before it were looked up).
-        ManagerClosedError: the manager was shut down.
-    """
-    if isinstance(keys, (bytes, bytearray, memoryview, str)):
-        raise InvalidInputError(f"lookup_prefix() takes a sequence of keys, got a single {type(keys).__name__}")
-    return prefix_verdict(manager.lookup_chain(keys, req_context), len(keys))
+    raise InvalidInputError(f"an answer is True, False, None or a ChainAnswer, got {type(answer).__name__}")
