@@ -27,6 +27,9 @@ if TYPE_CHECKING:
         Backend as Backend,
     )
     from kvprobe.backends import (
+        BlockStore as BlockStore,
+    )
+    from kvprobe.backends import (
         BucketNotFoundError as BucketNotFoundError,
     )
     from kvprobe.backends import (
@@ -112,6 +115,7 @@ _EXPORTS = {
     **dict.fromkeys(
         [
             "Backend",
+            "BlockStore",
             "BucketNotFoundError",
             "FsBackend",
             "HelperProcessError",
