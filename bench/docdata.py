@@ -6,8 +6,9 @@ listed in :data:`CHECKED_DOCS`):
 * **A data file** ``docs/data/NAME.json`` holds one run's figures and where
   they come from: ``title``, ``date``, ``machine`` (``cpu``, ``cores``,
   ``python``, ``build``: pure or compiled, ``load``; "not recorded" where the
-  run did not say), ``command`` and ``source`` (how the figures got here: the
-  runner that wrote the file, or the printed table they were copied from).
+  run did not say), ``command`` (and optionally ``note``: how many runs, say) and
+  ``source`` (how the figures got here: the runner that wrote the file, or
+  the printed table they were copied from).
   Its ``tables`` map an id to ``{"columns": [...], "rows": [[...], ...]}``,
   every cell a string as the docs show it.  A data file that backs a picture
   names it: ``"figure": "img/NAME.png"``.
@@ -40,7 +41,17 @@ from typing import Any
 
 from bench.common import DOCS_DIR
 
-__all__ = ["CHECKED_DOCS", "DATA_DIR", "DataFileError", "check_all", "check_doc", "load", "main", "render"]
+__all__ = [
+    "CHECKED_DOCS",
+    "DATA_DIR",
+    "DataFileError",
+    "check_all",
+    "check_doc",
+    "dumps",
+    "load",
+    "main",
+    "render",
+]
 
 DATA_DIR = DOCS_DIR / "data"
 #: The docs whose figures must agree with docs/data.
@@ -82,12 +93,23 @@ def load(name: str, data_dir: Path = DATA_DIR) -> dict[str, Any]:
     return data
 
 
+_SCALAR = r'(?:"(?:[^"\\]|\\.)*"|-?[\d.eE+-]+|true|false|null)'
+_FLAT_LIST = re.compile(r"\[\s*\n\s*(" + _SCALAR + r"(?:,\s*\n\s*" + _SCALAR + r")*)\s*\n\s*\]")
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """``data`` as a data file: indented JSON with each list of plain values (a table row) on one line."""
+    text = json.dumps(data, indent=1, ensure_ascii=False)
+    return _FLAT_LIST.sub(lambda m: "[" + re.sub(r",\s*\n\s*", ", ", m.group(1)) + "]", text) + "\n"
+
+
 def provenance(data: dict[str, Any]) -> str:
-    """One line: when, on what, and with which command the figures were measured."""
+    """One line: when, on what, and with which command (and how many runs) the figures were measured."""
     m = data["machine"]
+    note = f", {data['note']}" if isinstance(data.get("note"), str) else ""
     return (
-        f"*{data['date']}; {m['cpu']}, {m['cores']} cores; Python {m['python']}, {m['build']} build; "
-        f"load {m['load']}; `{data['command']}`*"
+        f"*{data['date']}. CPU: {m['cpu']}, {m['cores']} cores. Python {m['python']}, {m['build']} build. "
+        f"Load: {m['load']}. Command: `{data['command']}`{note}.*"
     )
 
 
@@ -184,6 +206,8 @@ def _check_pictures(path: Path, lines: Sequence[str], data_dir: Path) -> list[st
     problems = []
     for number, line in enumerate(lines, 1):
         for picture in _PICTURE.findall(line):
+            if not (path.parent / picture).is_file():
+                problems.append(f"{path.name}:{number}: {picture} does not exist")
             caption = " ".join(lines[number : number + 6])
             cited = _CITED.search(caption)
             if cited is None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import DOCS_DIR, RESULTS_DIR
-from bench.docdata import DATA_DIR
+from bench.docdata import DATA_DIR, dumps
 from bench.run_all import results_files
 from bench.series import Series
 
@@ -77,8 +77,10 @@ def _save(fig: Any, path: Path, record: dict[str, Any]) -> Path:
     machine = record.get("machine", {})
     load = machine.get("load", (machine.get("load_average_start") or ["?"])[0])
     command = str(record.get("command", "?")).removeprefix("python -m ")
-    date = str(record.get("date", "?"))[:16].replace("T", " ").removesuffix(" UTC")
-    text = f"{command}, {date} UTC, {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores at load {load}" + (
+    date = str(record.get("date", "?"))
+    if re.match(r"\d{4}-\d\d-\d\dT", date):  # a bench.run_all results file: ISO time
+        date = date[:16].replace("T", " ") + " UTC"
+    text = f"{command}; {date}; {machine.get('cores', '?')} cores at load {load}" + (
         " (quick run: too short to quote)" if record.get("quick") else ""
     )
     fig.text(0.5, 0.005, text, ha="center", va="bottom", fontsize=7, color="0.4")
@@ -230,7 +232,7 @@ def plot_spread_table(data: dict[str, Any], out: Path) -> Path:
     carried = [""] * n_labels
     for row in table["rows"]:
         carried = [cell or above for cell, above in zip(row[:n_labels], carried, strict=True)]
-        labels.append(", ".join(carried))
+        labels.append(f"{table['columns'][0]} " + ", ".join(carried))
     fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
     width = 0.8 / len(labels)
     for i, (label, row) in enumerate(zip(labels, table["rows"], strict=True)):
@@ -321,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.update_docs:
             data = DATA_DIR / f"{picture.stem}.json"
             data.parent.mkdir(parents=True, exist_ok=True)
-            data.write_text(json.dumps(_doc_data(picture.name, bench, found), indent=1) + "\n")
+            data.write_text(dumps(_doc_data(picture.name, bench, found)))
             print(data)
         drawn += 1
     return 0 if drawn and not missing else 1

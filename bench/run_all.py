@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR, Row, load_average, machine, rows_from_output
-from bench.docdata import DATA_DIR, render
+from bench.docdata import DATA_DIR, dumps, render
 from kvprobe.progress import Progress
 
 __all__ = ["BENCHMARKS", "main", "results_files", "run"]
@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.update_docs:
         name, data = _doc_data(record, rows)
         DATA_DIR.mkdir(parents=True, exist_ok=True)
-        (DATA_DIR / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+        (DATA_DIR / f"{name}.json").write_text(dumps(data))
         print(f"\nwritten: {DATA_DIR / name}.json; docs/performance.md quotes it as\n")
         print("\n".join([f"<!-- data: {name}#results -->", *render(data, "results")]))
     return 0
