@@ -9,7 +9,11 @@ rotates from round to round, so a slow phase of a loaded machine hits
 every commit alike.
 
 ``dir:PATH`` instead of a commit runs a source tree prepared by hand (a
-variant: a commit with one change undone).
+variant: a commit with one change undone), copied without ``.git``,
+``.venv``, caches and compiled modules: every tree runs pure Python, as a
+commit's archive does.  A probe that imports kvprobe from anywhere but its
+checkout (an installed kvprobe shadowing it) fails instead of measuring
+the wrong code.
 """
 
 from __future__ import annotations

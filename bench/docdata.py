@@ -107,9 +107,10 @@ def provenance(data: dict[str, Any]) -> str:
     """One line: when, on what, and with which command (and how many runs) the figures were measured."""
     m = data["machine"]
     note = f", {data['note']}" if isinstance(data.get("note"), str) else ""
+    command = data["command"] if data["command"] == "not recorded" else f"`{data['command']}`"
     return (
-        f"*{data['date']}. CPU: {m['cpu']}, {m['cores']} cores. Python {m['python']}, {m['build']} build. "
-        f"Load: {m['load']}. Command: `{data['command']}`{note}.*"
+        f"*{data['date']}. CPU: {m['cpu']}, {m['cores']} cores. Python {m['python']}; build: {m['build']}. "
+        f"Load: {m['load']}. Command: {command}{note}.*"
     )
 
 
