@@ -90,6 +90,16 @@ def checkout(rev: str, bench_rev: str, root: str) -> str:
     return tree
 
 
+# Put before every probe: a checkout that keeps kvprobe's subpackages at its
+# top level (spec/, statemachine/, ... mapped by setuptools' package-dir)
+# has no kvprobe/statemachine to find on PYTHONPATH; searching the checkout
+# itself finds them there.  (A checkout with kvprobe/statemachine finds it first.)
+_TREE_IMPORTS = """
+import os as _os
+if _os.path.isfile(_os.path.join("kvprobe", "__init__.py")):
+    import kvprobe as _kvprobe
+    _kvprobe.__path__.append(_os.getcwd())
+"""
 # Appended to every probe: a kvprobe module imported from anywhere but the
 # checkout (an installed or editable kvprobe shadowing it) would measure
 # the wrong code without a word.
@@ -114,7 +124,7 @@ def run_probe(tree: str, code: str) -> str:
             stderr), or it imported a kvprobe module from outside ``tree``.
     """
     env = {**os.environ, "PYTHONPATH": tree}
-    command = [sys.executable, "-c", code + _FROM_TREE_ONLY]
+    command = [sys.executable, "-c", _TREE_IMPORTS + code + _FROM_TREE_ONLY]
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"probe in {tree} failed ({done.returncode}): {done.stderr[-800:]}")

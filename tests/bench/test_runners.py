@@ -63,6 +63,14 @@ def test_a_probe_that_imports_kvprobe_from_outside_its_checkout_fails(tmp_path: 
         run_probe(str(tmp_path), "import kvprobe.statemachine")
 
 
+def test_a_probe_imports_kvprobe_subpackages_kept_at_the_top_of_its_checkout(tmp_path: Path) -> None:
+    (tmp_path / "kvprobe").mkdir()
+    (tmp_path / "kvprobe" / "__init__.py").write_text("")
+    (tmp_path / "statemachine").mkdir()
+    (tmp_path / "statemachine" / "__init__.py").write_text("WHERE = 'the checkout'\n")
+    assert run_probe(str(tmp_path), "import kvprobe.statemachine as s; print(s.WHERE)") == "the checkout\n"
+
+
 def test_interleaved_refuses_no_revision_and_a_probe_that_prints_no_figures(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one revision"):
         interleaved([], "HEAD", 1, "print(1)", lambda out: out)
