@@ -185,6 +185,11 @@ def check_doc(path: Path, data_dir: Path = DATA_DIR) -> tuple[list[str], set[str
                         f"{path.name}:{number + 1 + bad}: table {name}#{table} disagrees with docs/data/{name}.json: "
                         f"shows {shown[bad] if bad < len(shown) else '(nothing)'!r}, the data gives {expected[bad]!r}"
                     )
+                after = section[index + 1 + len(expected) : index + 2 + len(expected)]
+                if shown == expected and after and after[0][1].startswith("|"):
+                    problems.append(
+                        f"{path.name}:{after[0][0]}: table {name}#{table} has rows docs/data/{name}.json lacks"
+                    )
                 figures |= _numbers(expected)
                 skip_until = number + len(expected)
             elif line.startswith("|"):

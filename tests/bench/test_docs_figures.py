@@ -82,6 +82,13 @@ def test_a_changed_table_cell_is_named_with_its_line(tmp_path: Path) -> None:
     assert "performance.md:10: table d#r disagrees" in problems[0] and f"0.93{X}" in problems[0]
 
 
+def test_a_row_added_to_a_quoted_table_is_named(tmp_path: Path) -> None:
+    problems = _check(
+        _docs(tmp_path, GOOD.replace(f"| flush | 0.88{D}0.90{X} |\n", f"| flush | 0.88{D}0.90{X} |\n| x | 2 |\n"))
+    )
+    assert problems == ["performance.md:12: table d#r has rows docs/data/d.json lacks"]
+
+
 def test_a_changed_provenance_line_is_a_disagreement(tmp_path: Path) -> None:
     problems = _check(_docs(tmp_path, GOOD.replace("CPU: C,", "CPU: D,")))
     assert len(problems) == 1 and "table d#r disagrees" in problems[0]
