@@ -104,6 +104,8 @@ class BaselineManager:
             return None
         if req_id not in entry.reqs:
             entry.reqs.add(req_id)
+            # The reverse-index update above, inlined again on purpose: a
+            # helper call per lookup would slow the baseline the ratios price.
             keys = self._req_keys.get(req_id)
             if keys is None:
                 self._req_keys[req_id] = {key}

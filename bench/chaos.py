@@ -233,11 +233,11 @@ def _kill_dispatcher(m: AsyncLookupManager) -> bool:
     real = worker._start_call
 
     def dying(*args: Any) -> None:
-        del worker._start_call  # type: ignore[attr-defined]  # back to the class's method
+        del worker._start_call  # back to the class's method
         raise SystemExit("chaos: the dispatcher ends")
 
     del real
-    worker._start_call = dying  # type: ignore[method-assign]
+    worker._start_call = dying  # type: ignore[method-assign, assignment]
     return True
 
 

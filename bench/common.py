@@ -11,10 +11,13 @@ followed by a 4-byte group index, as vLLM's offload keys are.
 
 from __future__ import annotations
 
+import os
+import platform
 import random
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.baseline import BaselineManager
@@ -24,6 +27,8 @@ from kvprobe.statemachine.workers import ManualWorker
 _T = TypeVar("_T")
 
 __all__ = [
+    "DOCS_DIR",
+    "RESULTS_DIR",
     "Impl",
     "Request",
     "Row",
@@ -32,6 +37,8 @@ __all__ = [
     "baseline_impl",
     "fmt_ratio",
     "fmt_spread",
+    "load_average",
+    "machine",
     "manual_impl",
     "rotated",
     "rows_from_output",
@@ -108,6 +115,12 @@ class Impl:
     manager: Any
     pump: Callable[[], bool]  # run the oldest submitted batch; False if none
     phase_of: Callable[[bytes], str | None]  # "PENDING"/"IN_FLIGHT"/"RESOLVED"/None, without draining
+    submitted: Sized  # the batches flushed and not yet answered
+
+    def pump_to(self, delay: int) -> None:
+        """Answer the oldest flushed batches until at most ``delay`` wait (off any clock)."""
+        while len(self.submitted) > delay:
+            self.pump()
 
 
 def verified_impl(backend: Any = None, *, fraction: float = 0.5) -> Impl:
@@ -131,9 +144,10 @@ def manual_impl(m: AsyncLookupManager) -> Impl:
 
     def phase_of(key: bytes) -> str | None:
         state = states.get(key)
-        return None if state is None else state.phase.name
+        phase = None if state is None else state.phase
+        return None if phase is None else phase.name
 
-    return Impl("verified", m, pump, phase_of)
+    return Impl("verified", m, pump, phase_of, worker.submitted)
 
 
 def baseline_impl(backend: Any = None, *, fraction: float = 0.5) -> Impl:
@@ -145,7 +159,44 @@ def baseline_impl(backend: Any = None, *, fraction: float = 0.5) -> Impl:
         entry = entries.get(key)
         return None if entry is None else entry.phase.name
 
-    return Impl("baseline", m, m.run_batch, phase_of)
+    return Impl("baseline", m, m.run_batch, phase_of, m.submitted)
+
+
+# --- where results go, and the machine they come from ---------------------------------
+
+#: Where every benchmark writes by default (untracked: .gitignore).  Files
+#: under ``docs/`` (pictures, data) are written only with ``--update-docs``.
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the system has none)."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def machine() -> dict[str, Any]:
+    """What a figure depends on besides the code: cores, CPU, system, Python, and kvprobe's build."""
+    from kvprobe.statemachine import core
+
+    return {
+        "cores": os.cpu_count(),
+        "cpu": _cpu(),
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "build": "compiled" if getattr(core, "COMPILED", False) else "pure",
+    }
 
 
 # --- reporting ---------------------------------------------------------------------

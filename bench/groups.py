@@ -45,8 +45,8 @@ class SleepyBackend:
 def run_round(concurrent: int) -> tuple[int, float, int, float]:
     """(steps, seconds) until the fast groups have verdicts, then until all do."""
     wants = {"slow": [b"slow-%d" % i for i in range(4)]}
-    for r in range(FAST_GROUPS):
-        wants[f"fast{r}"] = [b"fast-%d-%d" % (r, i) for i in range(4)]
+    for g in range(FAST_GROUPS):
+        wants[f"fast{g}"] = [b"fast-%d-%d" % (g, i) for i in range(4)]
     contexts = {r: ReqContext(r) for r in wants}
     fast_keys = {(r, k) for r, ks in wants.items() if r != "slow" for k in ks}
     total = sum(len(ks) for ks in wants.values())

@@ -1,4 +1,4 @@
-"""Scheduler-thread cost of the verified manager against the unverified baseline.
+"""What the verified manager costs the scheduler thread, per operation, against the unverified baseline.
 
 Both managers run the same scheduler-shaped workload (:class:`bench.common.Workload`)
 in lockstep, one step of one then the same step of the other, the order
@@ -21,39 +21,63 @@ Every block is also timed with a no-op callable in place of ``lookup`` (the
 subtract it.  GC is disabled while a repetition runs and collected between
 repetitions.  No timing is asserted anywhere: this prints figures.
 
-A second part (:mod:`bench.chains`) prices whole-request walks: requests of
-16-4,096 keys asked with ``lookup_chain``, with kvprobe's per-key ``lookup``
-in the loop an engine writes, and with the same loop on the baseline, in
-lockstep on one plan; then the same three per phase of the keys walked.
+The same measurement answers two more questions:
 
-Run: ``python -m bench.hotpath [--quick] [--repeats N] [--steps N] [--no-chain]``.
+* ``--metered``: :class:`~kvprobe.metrics.MeteredManager` with a registered
+  :class:`~kvprobe.metrics.LookupMetrics` collector, scraped once per step
+  off the clock as a Prometheus server would, against the plain manager:
+  what metrics cost the scheduler.
+* ``--commits REV [REV ...]``: the verified/baseline ratios of several
+  commits side by side (:mod:`bench.commits`; ``bench/`` of ``--bench-rev``,
+  by default the first commit's, runs in every checkout): did a change cost
+  the scheduler anything?  The figure compared is each run's own ratio (the
+  baseline in the same process takes the machine's speed of the moment out).
+
+Whole-request walks (``lookup_chain``) are priced by :mod:`bench.chains`.
+
+Run::
+
+    python -m bench.hotpath [--quick] [--repeats N] [--steps N] [--delay N]
+    python -m bench.hotpath --metered
+    python -m bench.hotpath --commits 810d55c^ 810d55c HEAD --bench-rev 810d55c^ --rounds 5
+
+Raises (exits non-zero): with ``--commits``, a revision git cannot archive,
+or a run that fails or prints no ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from bench.chains import CONTENDERS, ChainTally, ChainWorkload, measure_chains, measure_classes
-from bench.common import Impl, Row, Workload, baseline_impl, fmt_ratio, verified_impl
+from bench.commits import add_options, interleaved, last_json_line
+from bench.common import Impl, Row, StoredByHash, Workload, baseline_impl, fmt_ratio, manual_impl, verified_impl
 
-__all__ = ["CLASSES", "main", "measure", "rows"]
+__all__ = ["CLASSES", "LOOKUP_CLASSES", "Tally", "main", "measure", "metered_rows", "parse_ratios", "rows"]
 
 LOOKUP_CLASSES = ("new", "pending", "in_flight", "resolved")
 CLASSES = ("drain", *LOOKUP_CLASSES, "flush", "cleanup")
+ALL_LOOKUPS = ("drain", *LOOKUP_CLASSES)
 _PHASE_CLASS = {"PENDING": "pending", "IN_FLIGHT": "in_flight", "RESOLVED": "resolved"}
+
+#: Builds one repetition's two managers (the first is the numerator of every
+#: ratio) and what runs after each step, off the clock.
+Setup = Callable[[], tuple[list[Impl], Callable[[], None]]]
 
 
 def _noop(key: bytes, ctx: object) -> None:
     return None
 
 
-class _Tally:
+class Tally:
+    """Scheduler-thread nanoseconds and calls per operation class, for one manager in one repetition."""
+
     def __init__(self) -> None:
         self.ns: dict[str, int] = defaultdict(int)
         self.n: dict[str, int] = defaultdict(int)
@@ -69,8 +93,24 @@ class _Tally:
         return sum(self.ns.values())
 
 
+def _classify(impl: Impl, pairs: Sequence[tuple[bytes, object]]) -> dict[str, list[tuple[bytes, object]]]:
+    """The lookups by the phase each key has now (off the clock)."""
+    blocks: dict[str, list[tuple[bytes, object]]] = {c: [] for c in LOOKUP_CLASSES}
+    seen_new: set[bytes] = set()
+    phase_of = impl.phase_of
+    for pair in pairs:
+        phase = phase_of(pair[0])
+        if phase is None:
+            cls = "pending" if pair[0] in seen_new else "new"
+            seen_new.add(pair[0])
+        else:
+            cls = _PHASE_CLASS[phase]
+        blocks[cls].append(pair)
+    return blocks
+
+
 def _step(
-    impl: Impl, tally: _Tally, pairs: Sequence[tuple[bytes, object]], finishing: Sequence[str], delay: int
+    impl: Impl, tally: Tally, pairs: Sequence[tuple[bytes, object]], finishing: Sequence[str], delay: int
 ) -> None:
     clock = time.thread_time_ns  # CPU time of the scheduler thread: preemption by other processes is not counted
     m = impl.manager
@@ -80,20 +120,7 @@ def _step(
     lookup(key0, ctx0)
     tally.ns["drain"] += clock() - t0
     tally.n["drain"] += 1
-    # Classify the rest by the phase each key has now (off the clock).
-    blocks: dict[str, list[tuple[bytes, object]]] = {c: [] for c in LOOKUP_CLASSES}
-    seen_new: set[bytes] = set()
-    phase_of = impl.phase_of
-    for pair in pairs[1:]:
-        phase = phase_of(pair[0])
-        if phase is None:
-            cls = "pending" if pair[0] in seen_new else "new"
-            seen_new.add(pair[0])
-        else:
-            cls = _PHASE_CLASS[phase]
-        blocks[cls].append(pair)
-    for cls in LOOKUP_CLASSES:
-        block = blocks[cls]
+    for cls, block in _classify(impl, pairs[1:]).items():
         if not block:
             continue
         noop = _noop
@@ -111,10 +138,7 @@ def _step(
     m.flush()
     tally.ns["flush"] += clock() - t0
     tally.n["flush"] += 1
-    # The worker answers the batch flushed `delay` steps ago (off the clock).
-    submitted = m.worker.submitted if impl.name == "verified" else m.submitted
-    while len(submitted) > delay:
-        impl.pump()
+    impl.pump_to(delay)  # the worker answers the batch flushed `delay` steps ago (off the clock)
     cleanup = m.cleanup
     t0 = clock()
     for req_id in finishing:
@@ -123,17 +147,48 @@ def _step(
     tally.n["cleanup"] += len(finishing)
 
 
-def measure(workload: Workload, repeats: int, delay: int = 1) -> dict[str, list[_Tally]]:
-    """Run ``repeats`` lockstep repetitions; return the tallies per manager."""
+def verified_vs_baseline() -> tuple[list[Impl], Callable[[], None]]:
+    """The default comparison: kvprobe's manager against the unverified baseline."""
+    return [verified_impl(), baseline_impl()], lambda: None
+
+
+def metered_vs_plain() -> tuple[list[Impl], Callable[[], None]]:
+    """MeteredManager with a registered collector against the plain manager; a scrape after each step.
+
+    Raises (from the scrape): RuntimeError if the collector exports nothing.
+    """
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kvprobe.metrics import LookupMetrics, MeteredManager
+
+    registry = CollectorRegistry()
+    metered = MeteredManager(StoredByHash(0.5), worker="manual")
+    LookupMetrics(metered).register(registry)
+
+    def scrape() -> None:
+        if not generate_latest(registry):
+            raise RuntimeError("the metrics collector exported nothing")
+
+    impls = [
+        dataclasses.replace(manual_impl(metered), name="metered"),
+        dataclasses.replace(verified_impl(), name="plain"),
+    ]
+    return impls, scrape
+
+
+def measure(
+    workload: Workload, repeats: int, delay: int = 1, setup: Setup = verified_vs_baseline
+) -> dict[str, list[Tally]]:
+    """Run ``repeats`` lockstep repetitions of the two managers ``setup`` builds; the tallies per manager name."""
     # The schedule is built once, outside every clock, and shared.
     plan = [
         ([(k, r.ctx) for r in waiting for k in r.keys], [r.ctx.req_id for r in finishing])
         for _, waiting, finishing in workload.schedule()
     ]
-    results: dict[str, list[_Tally]] = {"verified": [], "baseline": []}
+    results: dict[str, list[Tally]] = {}
     for rep in range(repeats):
-        impls = [verified_impl(), baseline_impl()]
-        tallies = {impl.name: _Tally() for impl in impls}
+        impls, after_step = setup()
+        tallies = {impl.name: Tally() for impl in impls}
         gc.collect()
         gc.disable()
         try:
@@ -141,117 +196,162 @@ def measure(workload: Workload, repeats: int, delay: int = 1) -> dict[str, list[
                 order = impls if (step + rep) % 2 == 0 else impls[::-1]
                 for impl in order:
                     _step(impl, tallies[impl.name], pairs, finishing, delay)
+                after_step()
         finally:
             gc.enable()
         for impl in impls:
             impl.manager.shutdown()
-            results[impl.name].append(tallies[impl.name])
+            results.setdefault(impl.name, []).append(tallies[impl.name])
     return results
 
 
-def _ratios(results: dict[str, list[_Tally]], cls: str, net: bool = False) -> list[float]:
+def _pairs(results: dict[str, list[Tally]]) -> list[tuple[Tally, Tally]]:
+    first, second = results.values()
+    return list(zip(first, second, strict=True))
+
+
+def per_op_ratios(results: dict[str, list[Tally]], cls: str, net: bool = False) -> list[float]:
+    """Per repetition: the first manager's ns per ``cls`` call over the second's (``net``: less the loop floor)."""
     out = []
-    for v, b in zip(results["verified"], results["baseline"], strict=True):
-        vo, bo = v.per_op(cls), b.per_op(cls)
+    for a, b in _pairs(results):
+        ao, bo = a.per_op(cls), b.per_op(cls)
         if net:
-            vo, bo = vo - v.floor_per_op(cls), bo - b.floor_per_op(cls)
-        out.append(vo / bo)
+            ao, bo = ao - a.floor_per_op(cls), bo - b.floor_per_op(cls)
+        out.append(ao / bo)
     return out
 
 
-def report(results: dict[str, list[_Tally]]) -> str:
+def time_ratios(results: dict[str, list[Tally]], classes: Sequence[str] = CLASSES) -> list[float]:
+    """Per repetition: the first manager's time in ``classes`` together over the second's."""
+    return [sum(a.ns[c] for c in classes) / sum(b.ns[c] for c in classes) for a, b in _pairs(results)]
+
+
+def report(results: dict[str, list[Tally]]) -> str:
+    """The table of every operation class, then all lookups and the whole scheduler step."""
+    a, b = results
     lines = [
-        "| operation | count/rep | verified ns/op (median) | baseline ns/op (median) | ratio v/b median (min-max) "
+        f"| operation | count/rep | {a} ns/op (median) | {b} ns/op (median) | ratio {a}/{b} median (min-max) "
         "| net of loop floor: ratio median (min-max) |",
         "|---|---|---|---|---|---|",
     ]
     for cls in CLASSES:
-        n = results["verified"][0].n[cls]
+        n = results[a][0].n[cls]
         if not n:
             continue
-        v = statistics.median(t.per_op(cls) for t in results["verified"])
-        b = statistics.median(t.per_op(cls) for t in results["baseline"])
-        r = _ratios(results, cls)
+        va = statistics.median(t.per_op(cls) for t in results[a])
+        vb = statistics.median(t.per_op(cls) for t in results[b])
+        r = per_op_ratios(results, cls)
         net = ""
         if cls in LOOKUP_CLASSES:
-            rn = _ratios(results, cls, net=True)
-            floor = statistics.median(t.floor_per_op(cls) for t in results["verified"])
+            rn = per_op_ratios(results, cls, net=True)
+            floor = statistics.median(t.floor_per_op(cls) for t in results[a])
             net = f"{statistics.median(rn):.2f} ({min(rn):.2f}-{max(rn):.2f}); floor {floor:.0f} ns"
         lines.append(
-            f"| {cls} | {n} | {v:,.0f} | {b:,.0f} | {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) | {net} |"
+            f"| {cls} | {n} | {va:,.0f} | {vb:,.0f} | {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) | {net} |"
         )
-    tot = [v.total_ns() / b.total_ns() for v, b in zip(results["verified"], results["baseline"], strict=True)]
-    all_lookups = [
-        sum(v.ns[c] for c in ("drain", *LOOKUP_CLASSES)) / sum(b.ns[c] for c in ("drain", *LOOKUP_CLASSES))
-        for v, b in zip(results["verified"], results["baseline"], strict=True)
-    ]
-    lines.append(f"| **all lookups** | | | | {fmt_ratio(all_lookups)} | |")
-    lines.append(f"| **scheduler total** | | | | {fmt_ratio(tot)} | |")
+    lines.append(f"| **all lookups** | | | | {fmt_ratio(time_ratios(results, ALL_LOOKUPS))} | |")
+    lines.append(f"| **scheduler total** | | | | {fmt_ratio(time_ratios(results))} | |")
     return "\n".join(lines)
 
 
+def _size(quick: bool) -> tuple[Workload, int]:
+    return Workload(steps=30 if quick else 120), 3 if quick else 9
+
+
 def rows(quick: bool) -> list[Row]:
-    workload = Workload(steps=30 if quick else 120)
-    repeats = 3 if quick else 9
+    """The suite's rows (``bench.run_all``): each operation's ratio, all lookups, the whole step."""
+    workload, repeats = _size(quick)
     results = measure(workload, repeats)
     out = []
     for cls in CLASSES:
         if results["verified"][0].n[cls]:
             v = statistics.median(t.per_op(cls) for t in results["verified"])
             b = statistics.median(t.per_op(cls) for t in results["baseline"])
-            out.append(
-                Row("hotpath", f"{cls} ratio v/b", fmt_ratio(_ratios(results, cls)), f"{v:,.0f} vs {b:,.0f} ns/op")
-            )
-    all_lookups = [
-        sum(v.ns[c] for c in ("drain", *LOOKUP_CLASSES)) / sum(b.ns[c] for c in ("drain", *LOOKUP_CLASSES))
-        for v, b in zip(results["verified"], results["baseline"], strict=True)
+            ratios = per_op_ratios(results, cls)
+            out.append(Row("hotpath", f"{cls} ratio v/b", fmt_ratio(ratios), f"{v:,.0f} vs {b:,.0f} ns/op"))
+    out.append(
+        Row("hotpath", "all lookups ratio v/b", fmt_ratio(time_ratios(results, ALL_LOOKUPS)), f"{repeats} repeats")
+    )
+    out.append(
+        Row("hotpath", "scheduler total ratio v/b", fmt_ratio(time_ratios(results)), "lookups + flush + cleanup")
+    )
+    return out
+
+
+def metered_rows(quick: bool) -> list[Row]:
+    """The suite's rows for ``--metered``: all lookups, flush and the whole step, metered over plain."""
+    workload, repeats = _size(quick)
+    results = measure(workload, repeats, setup=metered_vs_plain)
+    return [
+        Row("metrics_cost", "all lookups, metered/plain", fmt_ratio(time_ratios(results, ALL_LOOKUPS))),
+        Row("metrics_cost", "flush, metered/plain", fmt_ratio(time_ratios(results, ("flush",)))),
+        Row(
+            "metrics_cost",
+            "scheduler total, metered/plain",
+            fmt_ratio(time_ratios(results)),
+            f"{repeats} repeats, lockstep, a scrape per step",
+        ),
     ]
-    out.append(Row("hotpath", "all lookups ratio v/b", fmt_ratio(all_lookups), f"{repeats} repeats, lockstep"))
-    tot = [v.total_ns() / b.total_ns() for v, b in zip(results["verified"], results["baseline"], strict=True)]
-    out.append(Row("hotpath", "scheduler total ratio v/b", fmt_ratio(tot), "lookups + flush + cleanup"))
-    return out + chain_rows(quick)
 
 
-def chain_report(tallies: Sequence[ChainTally], classes: dict[str, dict[str, list[float]]]) -> str:
-    """The chain tables: the mixed workload, then per phase of the keys."""
-    first = tallies[0]
+# --- --commits: the same measurement on several commits ----------------------------------
+
+# Run in each checkout: the measure of that checkout's bench/ (so the names
+# it imports must stay importable), its two summary ratios at full precision
+# (the table rounds them to 0.01, too coarse for 2 %).
+_PROBE = """
+import json, statistics
+from bench.common import Workload
+from bench.hotpath import LOOKUP_CLASSES, measure
+res = measure(Workload(steps={steps}), {repeats}, 1)
+pairs = list(zip(res["verified"], res["baseline"]))
+lookups = ("drain", *LOOKUP_CLASSES)
+print(json.dumps({{
+    "all lookups": statistics.median(sum(v.ns[c] for c in lookups) / sum(b.ns[c] for c in lookups) for v, b in pairs),
+    "scheduler total": statistics.median(v.total_ns() / b.total_ns() for v, b in pairs),
+}}))
+"""
+FIGURES = ("all lookups", "scheduler total")
+
+
+def parse_ratios(output: str) -> dict[str, float]:
+    """{"all lookups": r, "scheduler total": r} from a probe's last line (empty if absent)."""
+    found = last_json_line(output)
+    return {k: float(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def _both_ratios(output: str) -> dict[str, float] | None:
+    ratios = parse_ratios(output)
+    return ratios if set(FIGURES) <= set(ratios) else None
+
+
+def commits_report(results: dict[str, list[dict[str, float]]]) -> str:
+    """Per commit: the median over rounds of each figure, and its change against the first commit's."""
+    first = next(iter(results.values()))
     lines = [
-        f"{first.requests} request walks per repeat, {first.keys['chain']:,} keys looked up "
-        f"of {first.keys_asked:,} held by the requests; answers that disagree: "
-        f"{sum(t.disagreements for t in tallies)}",
-        "",
-        "| walk | ns per key looked up (median) | ratio to baseline median (min-max) |",
-        "|---|---|---|",
+        "| commit | all lookups v/b (min-max) | vs first | scheduler total v/b (min-max) | vs first |",
+        "|---|---|---|---|---|",
     ]
-    for who in CONTENDERS:
-        ns = statistics.median(t.per_key(who) for t in tallies)
-        ratios = [t.per_key(who) / t.per_key("baseline") for t in tallies]
-        lines.append(f"| {who} | {ns:,.0f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
-    lines += ["", "| keys walked | " + " | ".join(f"{w} ns/key" for w in CONTENDERS) + " | chain / baseline |"]
-    lines.append("|---|---|---|---|---|")
-    for label, by_who in classes.items():
-        med = {w: statistics.median(by_who[w]) for w in CONTENDERS}
-        cells = " | ".join(f"{med[w]:,.0f}" for w in CONTENDERS)
-        lines.append(f"| {label} | {cells} | {med['chain'] / med['baseline']:.2f} |")
+    for rev, runs in results.items():
+        cells = []
+        for figure in FIGURES:
+            values = [r[figure] for r in runs]
+            mine, ref = statistics.median(values), statistics.median(r[figure] for r in first)
+            cells.append(f"{mine:.3f} ({min(values):.3f}-{max(values):.3f}) | {100 * (mine / ref - 1):+.1f} %")
+        lines.append(f"| `{rev}` | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
-def chain_rows(quick: bool) -> list[Row]:
-    tallies = measure_chains(ChainWorkload(steps=20 if quick else 60), 3 if quick else 7)
-    out = []
-    for who in ("chain", "per-key"):
-        ratios = [t.per_key(who) / t.per_key("baseline") for t in tallies]
-        ns = statistics.median(t.per_key(who) for t in tallies)
-        base = statistics.median(t.per_key("baseline") for t in tallies)
-        out.append(
-            Row(
-                "hotpath",
-                f"chain workload: {who} per key / baseline",
-                fmt_ratio(ratios),
-                f"{ns:,.0f} vs {base:,.0f} ns/key",
-            )
-        )
-    return out
+def _commits_main(args: argparse.Namespace) -> None:
+    steps, repeats = args.steps or 60, args.repeats or 3
+    bench_rev = args.bench_rev or args.commits[0]
+    probe = _PROBE.format(steps=steps, repeats=repeats)
+    results = interleaved(args.commits, bench_rev, args.rounds, probe, _both_ratios)
+    print(
+        f"bench.hotpath's measure (bench/ of {bench_rev}) on each commit: {args.rounds} interleaved rounds, "
+        f"{steps} steps x {repeats} repeats each; medians over rounds of each run's median v/b\n"
+    )
+    print(commits_report(results))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,27 +360,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--delay", type=int, default=1, help="steps before the worker answers a batch")
-    parser.add_argument("--no-chain", action="store_true", help="skip the chain workload")
-    parser.add_argument("--chain-only", action="store_true", help="only the chain workload")
+    parser.add_argument("--metered", action="store_true", help="MeteredManager against the plain manager")
+    add_options(parser, None, "the first")
+    parser.add_argument("--rounds", type=int, default=5, help="with --commits: interleaved rounds (default 5)")
     args = parser.parse_args(argv)
-    if not args.chain_only:
-        _per_key_main(args)
-    if not args.no_chain:
-        steps = args.steps or (20 if args.quick else 60)
-        repeats = args.repeats or (3 if args.quick else 7)
-        tallies = measure_chains(ChainWorkload(steps=steps), repeats, args.delay)
-        classes = measure_classes(repeats=3 if args.quick else 7)
-        print(f"\nchain workload: {steps} steps x {repeats} repeats, lockstep interleaved\n")
-        print(chain_report(tallies, classes))
-    return 0
-
-
-def _per_key_main(args: argparse.Namespace) -> None:
-    workload = Workload(steps=args.steps or (30 if args.quick else 120))
-    repeats = args.repeats or (3 if args.quick else 9)
-    results = measure(workload, repeats, args.delay)
-    print(f"hot path: {workload.steps} steps x {repeats} repeats, delay {args.delay}, lockstep interleaved\n")
+    if args.commits:
+        _commits_main(args)
+        return 0
+    workload, repeats = _size(args.quick)
+    workload = Workload(steps=args.steps) if args.steps else workload
+    repeats = args.repeats or repeats
+    setup = metered_vs_plain if args.metered else verified_vs_baseline
+    results = measure(workload, repeats, args.delay, setup)
+    what = "metered against plain, a scrape per step" if args.metered else "verified against baseline"
+    print(f"hot path, {what}: {workload.steps} steps x {repeats} repeats, delay {args.delay}, lockstep interleaved\n")
     print(report(results))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""Figures for the docs, drawn from a ``bench.run_all`` results file: ``python -m bench.plots [--from PATH]``.
+"""Figures for the docs, drawn from measurements saved in files: ``python -m bench.plots [--from PATH]``.
 
 ``bench.run_all`` takes the measurements (see ``bench.series``) and saves
-them (default ``bench/results/latest.json``); this draws them with
-matplotlib (extra ``plots``) into ``docs/img/`` (``--out DIR``), so the
-figures and the suite's table come from the same runs:
+each run in a new file under ``bench/results/``; this draws them with
+matplotlib (extra ``plots``) into ``bench/results/img/`` (``--out DIR``),
+each figure from the newest run that measured it (``--from PATH``: from
+that file only):
 
 * ``starvation.png`` (benchmark ``scheduler_rate``): the scheduler thread's
   lookup rate over time while the worker probes a block tree of 40,000
@@ -17,6 +18,15 @@ figures and the suite's table come from the same runs:
   time per model config (TLC reports progress once a minute, so a short
   run is its start and end points).
 
+``--update-docs`` draws into ``docs/img/`` instead and writes, beside each
+picture, the data it was drawn from to ``docs/data/NAME.json`` (the run's
+command, date and machine, and that benchmark's measurements), which the
+picture's caption cites (:mod:`bench.docdata`); ``--from`` such a file
+redraws it.  A data file of ``docs/data`` that holds a table and a
+``plot`` entry (``{"table": ID, "label_columns": N, "ylabel": ...}``) is
+drawn as bars: each row's cells, written "median (min-max)", as a bar with
+its spread.
+
 A figure whose benchmark is not in the file is skipped with a line saying
 so.  Nothing here measures or asserts a timing.  The machine's load shapes
 every curve: compare curves of one run, not runs of different days (each
@@ -27,30 +37,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.run_all import DEFAULT_OUT as DEFAULT_RESULTS
+from bench.common import DOCS_DIR, RESULTS_DIR
+from bench.docdata import DATA_DIR, dumps
+from bench.run_all import results_files
 from bench.series import Series
 
-__all__ = ["DEFAULT_OUT", "FIGURES", "load_results", "main"]
+__all__ = ["DEFAULT_OUT", "FIGURES", "load_results", "main", "plot_spread_table"]
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "img"
+DEFAULT_OUT = RESULTS_DIR / "img"
+DOCS_OUT = DOCS_DIR / "img"
 
 
 def load_results(path: Path) -> dict[str, Any]:
-    """The results file ``bench.run_all`` wrote.
+    """A results file ``bench.run_all`` wrote, or a data file of ``docs/data`` with a table to draw.
 
     Raises:
         FileNotFoundError: there is none at ``path``.
-        ValueError: the file is not a ``bench.run_all`` results file.
+        ValueError: the file is neither (no 'benchmarks', no 'tables' with a 'plot').
     """
     record = json.loads(path.read_text())
-    if not isinstance(record, dict) or not isinstance(record.get("benchmarks"), dict):
-        raise ValueError(f"{path} is not a bench.run_all results file (no 'benchmarks')")
-    return record
+    if isinstance(record, dict) and (
+        isinstance(record.get("benchmarks"), dict) or ("tables" in record and "plot" in record)
+    ):
+        return record
+    raise ValueError(f"{path} is not a bench.run_all results file (no 'benchmarks') nor a table to draw")
 
 
 def _save(fig: Any, path: Path, record: dict[str, Any]) -> Path:
@@ -59,11 +75,13 @@ def _save(fig: Any, path: Path, record: dict[str, Any]) -> Path:
 
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     machine = record.get("machine", {})
-    load = machine.get("load_average_start") or ["?"]
+    load = machine.get("load", (machine.get("load_average_start") or ["?"])[0])
     command = str(record.get("command", "?")).removeprefix("python -m ")
-    text = (
-        f"{command}, {str(record.get('date', '?'))[:16].replace('T', ' ')} UTC, {machine.get('cores', '?')} cores "
-        f"at load {load[0]}" + (" (quick run: too short to quote)" if record.get("quick") else "")
+    date = str(record.get("date", "?"))
+    if re.match(r"\d{4}-\d\d-\d\dT", date):  # a bench.run_all results file: ISO time
+        date = date[:16].replace("T", " ") + " UTC"
+    text = f"{command}; {date}; {machine.get('cores', '?')} cores at load {load}" + (
+        " (quick run: too short to quote)" if record.get("quick") else ""
     )
     fig.text(0.5, 0.005, text, ha="center", va="bottom", fontsize=7, color="0.4")
     fig.savefig(path)
@@ -181,36 +199,132 @@ FIGURES: dict[str, tuple[str, Callable[[dict[str, Any], Path, dict[str, Any]], P
 }
 
 
+# --- a table of docs/data: medians with their spread, as bars ---------------------------------
+
+
+def _spread(cell: str) -> tuple[float, float, float]:
+    """(median, min, max) from a cell written "median (min-max)".
+
+    Raises:
+        ValueError: the cell is not written so.
+    """
+    found = re.fullmatch(r"\**([\d.]+)\**\s*\(([\d.]+)\s*[\u2013-]\s*([\d.]+)\)", cell.strip())
+    if found is None:
+        raise ValueError(f"{cell!r} is not 'median (min-max)'")
+    med, lo, hi = (float(x) for x in found.groups())
+    return med, lo, hi
+
+
+def plot_spread_table(data: dict[str, Any], out: Path) -> Path:
+    """Bars of one table of a docs/data file (its ``plot`` entry says which, and how rows are labelled).
+
+    Raises:
+        KeyError: the file has no ``plot`` or ``figure`` entry, or no such table.
+        ValueError: a cell is not "median (min-max)".
+    """
+    import matplotlib.pyplot as plt
+
+    spec = data["plot"]
+    table = data["tables"][spec["table"]]
+    n_labels = int(spec["label_columns"])
+    series = table["columns"][n_labels:]
+    labels: list[str] = []
+    carried = [""] * n_labels
+    for row in table["rows"]:
+        carried = [cell or above for cell, above in zip(row[:n_labels], carried, strict=True)]
+        labels.append(f"{table['columns'][0]} " + ", ".join(carried))
+    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
+    width = 0.8 / len(labels)
+    for i, (label, row) in enumerate(zip(labels, table["rows"], strict=True)):
+        spreads = [_spread(cell) for cell in row[n_labels:]]
+        xs = [x + (i - (len(labels) - 1) / 2) * width for x in range(len(series))]
+        errors = [[med - lo for med, lo, _ in spreads], [hi - med for med, _, hi in spreads]]
+        ax.bar(xs, [med for med, _, _ in spreads], width=width, yerr=errors, capsize=3, label=label)
+    ax.set_xticks(range(len(series)), series)
+    ax.set_ylabel(spec["ylabel"])
+    ax.set_ylim(bottom=0)
+    ax.set_title(data["title"])
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, out / Path(data["figure"]).name, data)
+
+
+def _newest_with(bench: str, files: Sequence[Path]) -> dict[str, Any] | None:
+    """The newest results file among ``files`` (newest first) that holds ``bench``'s raw data."""
+    for path in files:
+        try:
+            record = load_results(path)
+        except ValueError:
+            continue
+        if record.get("benchmarks", {}).get(bench, {}).get("raw"):
+            return record
+    return None
+
+
+def _doc_data(name: str, bench: str, record: dict[str, Any]) -> dict[str, Any]:
+    """What --update-docs writes beside a picture: the run's provenance and the benchmark drawn."""
+    machine = record.get("machine", {})
+    load = machine.get("load_average_start")
+    return {
+        "title": f"{bench} of one bench.run_all run",
+        "date": f"{str(record.get('date', '?'))[:16].replace('T', ' ')} UTC",
+        "machine": {
+            **dict.fromkeys(("cpu", "cores", "python", "build"), "not recorded"),
+            "load": f"{load[0]} at the start" if load else "not recorded",
+            **machine,
+        },
+        "command": record.get("command", "not recorded"),
+        "source": "written by python -m bench.plots --update-docs from that run's results file",
+        "figure": f"img/{name}",
+        "quick": record.get("quick", False),
+        "benchmarks": {bench: record["benchmarks"][bench]},
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--from", dest="source", type=Path, default=DEFAULT_RESULTS, help=f"results file (default {DEFAULT_RESULTS})"
-    )
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="results file (default: the newest)")
     parser.add_argument("--only", nargs="*", default=(), choices=list(FIGURES))
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=None, help=f"directory (default {DEFAULT_OUT})")
+    parser.add_argument("--update-docs", action="store_true", help=f"draw into {DOCS_OUT} and write docs/data")
     args = parser.parse_args(argv)
+    out = DOCS_OUT if args.update_docs else (args.out or DEFAULT_OUT)
+    files = [args.source] if args.source is not None else results_files()
+    if not files:
+        print(f"bench.plots: no results in {RESULTS_DIR}: run `python -m bench.run_all` first", file=sys.stderr)
+        return 2
+    source = files[0] if args.source is not None else RESULTS_DIR
     try:
-        record = load_results(args.source)
+        record = load_results(files[0])
     except FileNotFoundError:
-        print(f"bench.plots: no results at {args.source}: run `python -m bench.run_all` first", file=sys.stderr)
+        print(f"bench.plots: no results at {files[0]}: run `python -m bench.run_all` first", file=sys.stderr)
         return 2
     except ValueError as exc:  # json.JSONDecodeError is one
-        print(f"bench.plots: {args.source} is not a bench.run_all results file ({exc})", file=sys.stderr)
+        print(f"bench.plots: {files[0]} is not a bench.run_all results file ({exc})", file=sys.stderr)
         return 2
     import matplotlib
 
     matplotlib.use("Agg")
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    if "plot" in record:  # a table of docs/data
+        print(plot_spread_table(record, out))
+        return 0
     drawn = missing = 0
     for name, (bench, draw) in FIGURES.items():
         if args.only and name not in args.only:
             continue
-        raw = record["benchmarks"].get(bench, {}).get("raw")
-        if not raw:
-            print(f"{name}: no {bench} data in {args.source}: run `python -m bench.run_all --only {bench}`")
+        found = _newest_with(bench, files)
+        if found is None:
+            print(f"{name}: no {bench} data in {source}: run `python -m bench.run_all --only {bench}`")
             missing += 1
             continue
-        print(draw(raw, args.out, record))
+        picture = draw(found["benchmarks"][bench]["raw"], out, found)
+        print(picture)
+        if args.update_docs:
+            data = DATA_DIR / f"{picture.stem}.json"
+            data.parent.mkdir(parents=True, exist_ok=True)
+            data.write_text(dumps(_doc_data(picture.name, bench, found)))
+            print(data)
         drawn += 1
     return 0 if drawn and not missing else 1
 

@@ -6,13 +6,17 @@ benchmark: 7 minutes at load 10-20 on 2 cores, half of it TLC's default
 config; its figures are too short to quote).  ``--only NAME`` runs
 some of them.  Nothing here asserts a timing: it prints figures.
 
-Every run writes a JSON file (``--out``, default ``bench/results/latest.json``)
-with the command, the date, the machine and its load average at the start
-and the end, and per benchmark its rows, its wall time and its raw
-measurements: the series behind the figures (``scheduler_rate``,
-``lookup_delay``, ``tlc_cost``) and, for a benchmark run through its own
-command line (``groups``, ``chaos``), its argv, exit code and output.
-``python -m bench.plots`` draws the figures from that file.
+Every run writes a new JSON file (``--out``, default
+``bench/results/run_all-<UTC date and time>.json``: a run never overwrites
+another's) with the command, the date, the machine (CPU, Python, kvprobe's
+build) and its load average at the start and the end, and per benchmark its
+rows, its wall time and its raw measurements: the series behind the figures
+(``scheduler_rate``, ``lookup_delay``, ``tlc_cost``) and, for a benchmark run
+through its own command line (``groups``, ``chaos``), its argv, exit code
+and output.  ``python -m bench.plots`` draws the figures from the newest
+such file.  ``--update-docs`` also writes the table to
+``docs/data/run_all-<date>.json`` (see :mod:`bench.docdata`) and prints it
+as ``docs/performance.md`` quotes it; never with ``--quick``.
 
 Each benchmark module has its own ``main`` with more detail
 (``python -m bench.hotpath`` etc.).  A benchmark that cannot run here (no
@@ -30,8 +34,7 @@ import importlib
 import io
 import json
 import logging
-import os
-import platform
+import re
 import sys
 import time
 import traceback
@@ -40,21 +43,26 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Row, rows_from_output
+from bench.common import RESULTS_DIR, Row, load_average, machine, rows_from_output
+from bench.docdata import DATA_DIR, dumps, render
 from kvprobe.progress import Progress
 
-__all__ = ["BENCHMARKS", "DEFAULT_OUT", "main", "run"]
-
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
+__all__ = ["BENCHMARKS", "main", "results_files", "run"]
 
 Measured = tuple[list[Row], Any]  # a benchmark's rows and its raw measurements (JSON data)
 
 
-def _module_rows(name: str) -> Callable[[bool], Measured]:
-    """A benchmark module with ``rows(quick)``: its rows are all it reports."""
+def results_files(directory: Path = RESULTS_DIR) -> list[Path]:
+    """The results files of earlier runs in ``directory``, newest first."""
+    return sorted(directory.glob("run_all-*.json"), reverse=True)
+
+
+def _module_rows(name: str, function: str = "rows") -> Callable[[bool], Measured]:
+    """A benchmark module's ``function(quick)`` giving rows: its rows are all it reports."""
 
     def measure(quick: bool) -> Measured:
-        return importlib.import_module(f"bench.{name}").rows(quick), None
+        rows: list[Row] = getattr(importlib.import_module(f"bench.{name}"), function)(quick)
+        return rows, None
 
     return measure
 
@@ -88,10 +96,10 @@ def _command(name: str, quick_argv: Sequence[str], full_argv: Sequence[str]) -> 
 
 BENCHMARKS: dict[str, Callable[[bool], Measured]] = {
     "hotpath": _module_rows("hotpath"),
-    "metrics_cost": _module_rows("metrics_cost"),
+    "metrics_cost": _module_rows("hotpath", "metered_rows"),
     "latency": _module_rows("latency"),
     "memory": _module_rows("memory"),
-    "chain_saving": _module_rows("chain_saving"),
+    "chains": _module_rows("chains"),
     "starvation": _module_rows("starvation"),
     "scheduler_rate": _series("scheduler_rate"),
     "lookup_delay": _series("lookup_delay"),
@@ -126,64 +134,73 @@ def run(quick: bool, only: Sequence[str] = ()) -> tuple[list[Row], dict[str, dic
     return rows, results
 
 
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def _load() -> list[float] | None:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
 def table(rows: Sequence[Row]) -> str:
     lines = ["| benchmark | figure | value | detail |", "|---|---|---|---|"]
     lines += [f"| {r.bench} | {r.metric} | {r.value} | {r.detail} |" for r in rows]
     return "\n".join(lines)
 
 
+def _doc_data(record: dict[str, Any], rows: Sequence[Row]) -> tuple[str, dict[str, Any]]:
+    """The run's table as a data file for the docs (bench.docdata): its name and content."""
+    m = record["machine"]
+    cpu = re.sub(r"[^a-z0-9]+", "-", m["cpu"].lower()).strip("-")
+    name = f"run_all-{record['date'][:10]}-{cpu}"
+    data = {
+        "title": "The benchmark suite",
+        "date": f"{record['date'][:16].replace('T', ' ')} UTC",
+        "machine": {key: m[key] for key in ("cpu", "cores", "system", "python", "build", "load")},
+        "command": record["command"].replace(" --update-docs", ""),
+        "source": f"written by {record['command']}",
+        "tables": {
+            "results": {
+                "columns": ["benchmark", "figure", "value", "detail"],
+                "rows": [[r.bench, r.metric, r.value, r.detail] for r in rows],
+            }
+        },
+    }
+    return name, data
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run of every benchmark")
     parser.add_argument("--only", nargs="*", default=(), choices=list(BENCHMARKS), help="run only these")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results file (default {DEFAULT_OUT})")
+    parser.add_argument("--out", type=Path, default=None, help=f"results file (default a new one in {RESULTS_DIR})")
+    parser.add_argument("--update-docs", action="store_true", help=f"also write the table to {DATA_DIR}")
     args = parser.parse_args(argv)
+    if args.update_docs and args.quick:
+        parser.error("--update-docs with --quick: a quick run is too short for the docs to quote")
     logging.disable(logging.INFO)  # NIXL logs every agent it creates at INFO
     started = datetime.datetime.now(datetime.timezone.utc)
-    load_start = _load()
+    load_start = load_average()
     rows, results = run(args.quick, args.only)
     cmd = " ".join(["python -m bench.run_all", *(argv if argv is not None else sys.argv[1:])])
-    machine: dict[str, Any] = {
-        "cores": os.cpu_count(),
-        "cpu": _cpu(),
-        "system": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "load_average_start": load_start,
-        "load_average_end": _load(),
-    }
+    load = load_average()
+    where = {**machine(), "load_average_start": load_start, "load_average_end": load}
+    where["load"] = f"{load_start[0]} at the start, {load[0]} at the end" if load and load_start else "not recorded"
     record = {
         "command": cmd,
         "date": started.isoformat(timespec="seconds"),
         "quick": args.quick,
-        "machine": machine,
+        "machine": where,
         "seconds": round(sum(r["seconds"] for r in results.values()), 1),
         "benchmarks": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record) + "\n")
-    load = machine["load_average_end"]
+    out = args.out or RESULTS_DIR / f"run_all-{started:%Y%m%dT%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record) + "\n")
     print(
-        f"Date: {started:%Y-%m-%d %H:%M} UTC; machine: {machine['cores']} cores ({machine['cpu']}), "
-        f"{machine['system']}, Python {machine['python']}"
-        + (f", load average {load_start[0]:.1f} at the start, {load[0]:.1f} at the end" if load and load_start else "")
+        f"Date: {started:%Y-%m-%d %H:%M} UTC; machine: {where['cores']} cores ({where['cpu']}), "
+        f"{where['system']}, Python {where['python']}, {where['build']} build; load average {where['load']}"
     )
-    print(f"Command: `{cmd}` ({record['seconds']:.0f} s); raw measurements in {args.out}\n")
+    print(f"Command: `{cmd}` ({record['seconds']:.0f} s); raw measurements in {out}\n")
     print(table(rows))
+    if args.update_docs:
+        name, data = _doc_data(record, rows)
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        (DATA_DIR / f"{name}.json").write_text(dumps(data))
+        print(f"\nwritten: {DATA_DIR / name}.json; docs/performance.md quotes it as\n")
+        print("\n".join([f"<!-- data: {name}#results -->", *render(data, "results")]))
     return 0
 
 

@@ -42,7 +42,21 @@ no window measures a process start.  By default the five backends that
 finish a window in well under a second run; ``--all`` adds ``FsBackend``
 and ``ChunkedFs`` on the worker thread (about 35 s per 40,000-file window).
 
-Run: ``python -m bench.starvation [--quick] [--rounds N] [--all]``.
+``--commits REV [REV ...]`` runs the same measurement against each
+commit's library (:mod:`bench.commits`; ``bench/`` of ``--bench-rev``,
+HEAD by default, in every checkout), ``--runs`` processes per commit of
+``--rounds`` rounds each, interleaved; it prints, per commit, the busy/idle
+ratio, the scheduler time lost to the batch (window x (1 - busy/idle): a
+worker that finishes sooner may slow the scheduler more and still cost it
+less) and the ratio over the control's of the same round.
+
+Run::
+
+    python -m bench.starvation [--quick] [--rounds N] [--all]
+    python -m bench.starvation --commits bd017b2^ HEAD --runs 5 --rounds 3
+
+Raises (exits non-zero): ``ValueError`` for an unknown backend name; with
+``--commits``, a revision git cannot archive or a run that prints no figures.
 """
 
 from __future__ import annotations
@@ -57,13 +71,25 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from bench.commits import add_options, interleaved, last_json_line
 from bench.common import Row, fmt_spread, rotated
 from bench.trees import block_tree
 from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
-__all__ = ["DEFAULT", "ONE_GROUP", "SLOW", "ChunkedFs", "main", "measure", "resolve_hot_keys", "rows"]
+__all__ = [
+    "DEFAULT",
+    "KINDS",
+    "ONE_GROUP",
+    "SLOW",
+    "ChunkedFs",
+    "main",
+    "measure",
+    "parse_figures",
+    "resolve_hot_keys",
+    "rows",
+]
 
 
 class GilFreeControl:
@@ -193,6 +219,8 @@ def _one(
     return out
 
 
+#: The GIL-free control row (what a worker that never holds the GIL leaves the scheduler).
+CONTROL = "control: GIL-free C"
 #: The in-thread NIXL path with groups probed one at a time (the manager's
 #: ``max_concurrent_groups=1``): what concurrency costs a GIL-holding backend.
 ONE_GROUP = "NixlPosixBackend, 1 group at a time"
@@ -205,18 +233,10 @@ DEFAULT = (
     "NixlPosix chunked(512)",
     "ProcessBackend(NixlPosixBackend)",
     "ProcessBackend(FsBackend)",
-    "control: GIL-free C",
+    CONTROL,
 )
 #: Pure-Python stat loops on the worker thread: ~35 s per 40,000-file window here.
 SLOW = ("FsBackend", "ChunkedFs(256)")
-
-#: The README's figures (busy/idle medians of two runs of ``bench.starvation_commits``, 2026-12-04), to compare against.
-README_FIGURES = {
-    "NixlPosixBackend": "0.72",
-    ONE_GROUP: "0.70",  # the in-thread row of the worker before groups ran at once (one at a time)
-    "ProcessBackend(NixlPosixBackend)": "0.93-0.94",
-    "ProcessBackend(FsBackend)": "0.91-0.92",
-}
 
 
 def measure(
@@ -244,7 +264,7 @@ def measure(
             "FsBackend": lambda: FsBackend(root),
             "ChunkedFs(256)": lambda: ChunkedFs(root, 256),
             "ProcessBackend(FsBackend)": lambda: ProcessBackend(partial(FsBackend, root)),
-            "control: GIL-free C": lambda: GilFreeControl(control_us),
+            CONTROL: lambda: GilFreeControl(control_us),
         }
         unknown = [n for n in names if n not in makers]
         if unknown:
@@ -273,7 +293,7 @@ def _ratios(res: list[tuple[float, float, float]]) -> list[float]:
 
 def _vs_control(results: dict[str, list[tuple[float, float, float]]], name: str) -> list[float]:
     """Per round: this backend's busy/idle ratio over the control's in the same round."""
-    control = results.get("control: GIL-free C")
+    control = results.get(CONTROL)
     if control is None:
         return []
     return [mine / theirs for mine, theirs in zip(_ratios(results[name]), _ratios(control), strict=True)]
@@ -284,8 +304,8 @@ def report(results: dict[str, list[tuple[float, float, float]]], n_keys: int, gr
     lines = [
         f"{n_keys} files in {groups} request groups per busy window; median of {rounds} interleaved rounds\n",
         "| backend | busy/idle lookup rate, median (min-max) | / control, same round (median) "
-        "| README (medians of earlier runs) | idle lookups/s | busy window s (median) |",
-        "|---|---|---|---|---|---|",
+        "| idle lookups/s | busy window s (median) |",
+        "|---|---|---|---|---|",
     ]
     for name, res in results.items():
         r = _ratios(res)
@@ -294,8 +314,7 @@ def report(results: dict[str, list[tuple[float, float, float]]], n_keys: int, gr
         window = statistics.median(w for _, _, w in res)
         lines.append(
             f"| {name} | {fmt_spread(r)} "
-            f"| {statistics.median(rel) if rel else float('nan'):.2f} | {README_FIGURES.get(name, '-')} "
-            f"| {idle:,.0f} | {window:.2f} |"
+            f"| {statistics.median(rel) if rel else float('nan'):.2f} | {idle:,.0f} | {window:.2f} |"
         )
     return "\n".join(lines)
 
@@ -322,18 +341,95 @@ def rows(quick: bool) -> list[Row]:
     return out
 
 
+# --- --commits: the same measurement on several commits ----------------------------------
+
+#: What the --commits probe reports per backend and round.
+KINDS = ("busy/idle", "ms lost", "vs control")
+#: The backends --commits measures: the helper-process and worker-thread paths, and the control.
+COMMIT_NAMES = ("ProcessBackend(NixlPosixBackend)", "NixlPosixBackend", "ProcessBackend(FsBackend)", CONTROL)
+
+# Run in each checkout: that checkout's measure; per round, each backend's
+# busy/idle ratio, the scheduler time it lost, and the ratio over the control's.
+_PROBE = """
+import json, logging
+logging.disable(logging.INFO)
+from bench.starvation import measure
+res = measure({keys}, {groups}, {rounds}, names={names!r})
+ratio = {{name: [busy / idle for idle, busy, _ in rows] for name, rows in res.items()}}
+control = ratio[{control!r}]
+print(json.dumps({{
+    "busy/idle": ratio,
+    "ms lost": {{
+        name: [1000 * window * (1 - busy / idle) for idle, busy, window in rows] for name, rows in res.items()
+    }},
+    "vs control": {{n: [m / c for m, c in zip(r, control)] for n, r in ratio.items() if n != {control!r}}},
+}}))
+"""
+
+
+def parse_figures(output: str) -> dict[str, dict[str, list[float]]]:
+    """A probe's last line: {kind: {name: [one figure per round]}} for each of KINDS (empty if absent)."""
+    found = last_json_line(output)
+    if not isinstance(found, dict) or set(found) != set(KINDS):
+        return {}
+    return {kind: {n: [float(x) for x in xs] for n, xs in table.items()} for kind, table in found.items()}
+
+
+def commits_report(runs: dict[str, list[dict[str, dict[str, list[float]]]]]) -> str:
+    """Per kind of figure, a table: per commit, each backend's median (min-max) over every round of every run."""
+    explained = {
+        "busy/idle": "the scheduler's lookup rate while the worker probes, over its idle rate",
+        "ms lost": "scheduler time lost to the batch, window x (1 - busy/idle), in ms: "
+        "a worker that finishes sooner may slow the scheduler more and still cost it less",
+        "vs control": "each backend's busy/idle over the control's of the same round",
+    }
+    out = []
+    for kind in KINDS:
+        names = [n for n in COMMIT_NAMES if kind != "vs control" or n != CONTROL]
+        out += [
+            f"{kind}: {explained[kind]}",
+            "",
+            "| commit | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for rev, figures in runs.items():
+            merged = {n: [x for run in figures for x in run[kind][n]] for n in names}
+            out.append(f"| `{rev}` | " + " | ".join(fmt_spread(merged[n]) for n in names) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _commits_main(args: argparse.Namespace, n_keys: int, groups: int) -> None:
+    rounds = args.repeats or 3
+    probe = _PROBE.format(keys=n_keys, groups=groups, rounds=rounds, names=COMMIT_NAMES, control=CONTROL)
+    runs = interleaved(args.commits, args.bench_rev, args.runs, probe, lambda out: parse_figures(out) or None)
+    print(
+        f"bench.starvation's measure (bench/ of {args.bench_rev}) on each commit: {n_keys:,} files in "
+        f"{groups} groups per busy window, {args.runs} interleaved processes x {rounds} rounds each; "
+        "median (min-max) over every round\n"
+    )
+    print(commits_report(runs))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--keys", type=int, default=None)
-    parser.add_argument("--repeats", "--rounds", type=int, default=None, help="interleaved rounds (default 5)")
+    parser.add_argument(
+        "--repeats", "--rounds", type=int, default=None, help="interleaved rounds (default 5; 3 per run with --commits)"
+    )
     parser.add_argument(
         "--all", action="store_true", help=f"also the slow pure-Python loops on the worker thread: {', '.join(SLOW)}"
     )
+    add_options(parser, "HEAD", "HEAD")
+    parser.add_argument("--runs", type=int, default=4, help="with --commits: processes per commit, interleaved")
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)  # NIXL logs every agent it creates at INFO
     n_keys, groups, repeats = _params(args.quick)
     n_keys = args.keys or n_keys
+    if args.commits:
+        _commits_main(args, n_keys, groups)
+        return 0
     repeats = args.repeats or repeats
     names = DEFAULT + SLOW if args.all else DEFAULT
     print(report(measure(n_keys, groups, repeats, names=names), n_keys, groups))

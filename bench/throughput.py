@@ -166,7 +166,8 @@ def measure_rtt(cases: Sequence[tuple[int, float]], rounds: int) -> list[dict[st
     out: list[dict[str, float]] = []
     with RgwServer() as server, FaultProxy(server.endpoint_url) as proxy:
         server.create_bucket("kvprobe-rtt")
-        creds = {**server.credentials(), "endpoint_url": proxy.endpoint_url}
+        creds = server.credentials()
+        creds["endpoint_url"] = proxy.endpoint_url
         for n, rtt in cases:
             keys = [rng.randbytes(20) for _ in range(n * rounds)]
             backend = NixlObjBackend("kvprobe-rtt", num_threads=n, deadline_s=600, **creds)
@@ -197,7 +198,8 @@ def time_to_verdicts(n_keys: int, rtt: float, threads: Sequence[int]) -> dict[in
     out: dict[int, float] = {}
     with RgwServer() as server, FaultProxy(server.endpoint_url, delay_s=rtt) as proxy:
         server.create_bucket("kvprobe-long")
-        creds = {**server.credentials(), "endpoint_url": proxy.endpoint_url}
+        creds = server.credentials()
+        creds["endpoint_url"] = proxy.endpoint_url
         for n in threads:
             backend = NixlObjBackend("kvprobe-long", num_threads=n, deadline_s=600, **creds)
             try:

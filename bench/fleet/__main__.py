@@ -15,11 +15,17 @@ For each fleet size E (1, 10, 100, 1,000) the grid runs, on a virtual clock:
 ``--quick`` simulates at most 25 engines for 4 virtual seconds (under 5
 minutes here); the full run 50 engines for 12 s (about 5 minutes).  See ``bench/fleet/sim.py``
 for what is scaled and ``docs/fleet.md`` for the conclusions.
+
+The results go to ``bench/results/fleet.json`` and the plot to
+``bench/results/fleet_store_load.png`` (untracked); ``--update-docs`` writes
+them to ``docs/data/fleet.json`` and ``docs/img/fleet_store_load.png``
+instead, the files ``docs/fleet.md`` quotes and shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -28,18 +34,22 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.fleet.engine import MODES
 from bench.fleet.params import StoreParams, WorkloadParams
 from bench.fleet.sim import Scenario, run
 
-__all__ = ["grid", "main", "split_dynamics", "split_partitions"]
+__all__ = ["grid", "header", "main", "row", "split_dynamics", "split_partitions"]
 
 #: Split dynamics run with S3's 30-minute split time divided by this.
 COMPRESSION = 900.0
 
 ENGINES = (1, 10, 100, 1000)
-PLOT = os.path.join("docs", "img", "fleet_store_load.png")
-JSON = os.path.join("bench", "results", "fleet.json")
+PLOT = str(RESULTS_DIR / "fleet_store_load.png")
+JSON = str(RESULTS_DIR / "fleet.json")
+#: What --update-docs writes: the data docs/fleet.md quotes and the picture it shows.
+DOCS_PLOT = str(DOCS_DIR / "img" / "fleet_store_load.png")
+DOCS_JSON = str(DOCS_DIR / "data" / "fleet.json")
 
 
 def split_partitions(engines: int, store: StoreParams, workload: WorkloadParams) -> int:
@@ -74,22 +84,24 @@ def grid(engines: Sequence[int], *, window_s: float, warmup_s: float, max_sim: i
     return out
 
 
-HEADER = (
-    f"{'E':>5} {'store':>5} {'parts':>5} {'mode':>8} {'retry':>5} {'pool':>4} | "
-    f"{'HEAD/s':>9} {'peak/part':>9} {'thrott':>6} {'HEAD/req':>8} {'$/hour':>8} | "
-    f"{'p50':>4} {'p99':>4} steps | {'lost':>5} {'sim':>4} {'wall':>5}"
-)
+def header(run_columns: bool = True) -> str:
+    """The table's header; ``run_columns``: with the engines simulated and the wall seconds of each run."""
+    return (
+        f"{'E':>5} {'store':>5} {'parts':>5} {'mode':>8} {'retry':>5} {'pool':>4} | "
+        f"{'HEAD/s':>9} {'peak/part':>9} {'thrott':>6} {'HEAD/req':>8} {'$/hour':>8} | "
+        f"{'p50':>4} {'p99':>4} steps | {'lost':>5}" + (f" {'sim':>4} {'wall':>5}" if run_columns else "")
+    )
 
 
-def row(r: dict[str, Any]) -> str:
-    """One table line."""
+def row(r: dict[str, Any], run_columns: bool = True) -> str:
+    """One table line (``run_columns`` as for :func:`header`)."""
     return (
         f"{r['engines']:>5} {r['store']:>5} {r['partitions_at_start']:>5} {r['mode']:>8} "
         f"{('yes' if r['retry'] else 'no'):>5} {('fair' if r['fair'] else 'fifo'):>4} | "
         f"{r['heads_per_s']:>9,.0f} {r['peak_per_partition_per_s']:>9,.0f} {r['throttled_fraction']:>6.1%} "
         f"{r['heads_per_request']:>8,.0f} {r['cost_per_hour_usd']:>8,.2f} | "
         f"{r['delay_p50_steps']:>4.0f} {r['delay_p99_steps']:>4.0f}       | "
-        f"{r['stored_blocks_lost']:>5.1%} {r['sim_engines']:>4} {r['wall_s']:>5.1f}"
+        f"{r['stored_blocks_lost']:>5.1%}" + (f" {r['sim_engines']:>4} {r['wall_s']:>5.1f}" if run_columns else "")
     )
 
 
@@ -159,29 +171,25 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="25 simulated engines, 4 virtual seconds")
-    parser.add_argument("--engines", type=int, nargs="+", default=list(ENGINES))
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
-    parser.add_argument("--plot", default=PLOT, help=f"plot file (default {PLOT}); '' for none")
-    parser.add_argument("--from-json", metavar="FILE", help="print and plot a results file instead of simulating")
-    args = parser.parse_args(argv)
-    if args.from_json:
-        with open(args.from_json) as f:
-            saved = json.load(f)["runs"]
-        print(HEADER)
-        for r in saved:
-            print(row(r))
-        if args.plot:
-            plot(saved, args.plot)
-            print(f"plot: {args.plot}")
-        return 0
+def _save(record: dict[str, Any], json_path: str, plot_path: str) -> None:
+    """Write ``record`` to ``json_path`` and, unless ``plot_path`` is empty, its plot there."""
+    os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
+    with open(json_path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    print(f"results: {json_path}")
+    if plot_path:
+        plot(record["runs"], plot_path)
+        print(f"plot: {plot_path}")
+
+
+def _simulate(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the grid and the split dynamics, printing as they come; the results record."""
     window_s, warmup_s, max_sim = (4.0, 3.0, 25) if args.quick else (12.0, 4.0, 50)
     started = time.perf_counter()
+    date = datetime.datetime.now(datetime.timezone.utc)
     results = []
-    print(HEADER, flush=True)
+    print(header(), flush=True)
     for sc in grid(args.engines, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=args.seed):
         r = run(sc)
         results.append(r)
@@ -205,23 +213,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{warmup_s:g} s warm-up; 'sim' = engines simulated (store limit scaled by sim/E above that); "
         "'lost' = stored blocks answered MISS; $/hour at $0.0004 per 1,000 billed HEADs (503s are not billed)"
     )
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(
-            {
-                "window_s": window_s,
-                "warmup_s": warmup_s,
-                "max_sim_engines": max_sim,
-                "runs": results,
-                "split_dynamics": dynamics,
-            },
-            f,
-            indent=1,
-        )
-    print(f"results: {args.json}")
-    if args.plot:
-        plot(results, args.plot)
-        print(f"plot: {args.plot}")
+    load = load_average()
+    return {
+        "title": "The fleet simulation" + (" (quick)" if args.quick else ""),
+        "date": f"{date:%Y-%m-%d %H:%M} UTC",
+        "machine": {**machine(), "load": "not recorded" if load is None else f"{load[0]} at the end"},
+        "command": "python -m bench.fleet" + (" --quick" if args.quick else "") + f" --seed {args.seed}",
+        "source": "written by bench.fleet (virtual time: the figures do not depend on the machine; wall_s does)",
+        "figure": "img/fleet_store_load.png",
+        "window_s": window_s,
+        "warmup_s": warmup_s,
+        "max_sim_engines": max_sim,
+        "runs": results,
+        "split_dynamics": dynamics,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="25 simulated engines, 4 virtual seconds")
+    parser.add_argument("--engines", type=int, nargs="+", default=list(ENGINES))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
+    parser.add_argument("--plot", default=PLOT, help=f"plot file (default {PLOT}); '' for none")
+    parser.add_argument("--from-json", metavar="FILE", help="print and plot a results file instead of simulating")
+    parser.add_argument(
+        "--update-docs", action="store_true", help=f"write {DOCS_JSON} and {DOCS_PLOT} instead (not with --quick)"
+    )
+    args = parser.parse_args(argv)
+    if args.update_docs and args.quick:
+        parser.error("--update-docs with --quick: a quick run is too short for the docs to quote")
+    json_path, plot_path = (DOCS_JSON, DOCS_PLOT) if args.update_docs else (args.json, args.plot)
+    if not args.from_json:
+        _save(_simulate(args), json_path, plot_path)
+        return 0
+    with open(args.from_json) as f:
+        record = json.load(f)
+    run_columns = all("wall_s" in r for r in record["runs"])  # a table copied from the docs has none
+    print(header(run_columns))
+    for r in record["runs"]:
+        print(row(r, run_columns))
+    if args.update_docs and os.path.abspath(args.from_json) != os.path.abspath(DOCS_JSON):
+        _save(record, DOCS_JSON, DOCS_PLOT)
+    elif plot_path:
+        plot(record["runs"], plot_path)
+        print(f"plot: {plot_path}")
     return 0
 
 
