@@ -51,8 +51,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from kvprobe.backends._cpu_clock import schedstat_busy_seconds
 from kvprobe.backends.base import Backend, Key
-from kvprobe.statemachine.cpu_gate import schedstat_busy_seconds
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_HELPER_NICE", "HelperProcessError", "ProcessBackend"]
 

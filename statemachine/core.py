@@ -6,6 +6,7 @@ public methods are the TLA+ model's scheduler actions (``tla/KVProbe.tla``)::
     lookup      Lookup      flush       Flush
     drain       Drain       cleanup     Cleanup
     mark_miss   MarkMiss    shutdown    Shutdown
+    lookup_chain       Lookup of each key in order, up to the first MISS
     fail_outstanding   Drain of a WORKER_DIED failure for every open group
 
 The worker actions (take a batch, complete a group, fail a group, time out)
@@ -14,14 +15,14 @@ touch is :attr:`LookupCore.inbox`, a ``deque`` they append outcomes to
 (``deque.append`` is atomic, so no lock is needed).  Everything else is owned
 by the one thread that calls the methods.
 
-Phase changes go through :data:`kvprobe.spec.lifecycle.NEXT_PHASE`, compiled
-from the lifecycle declaration.  Facts derived from that declaration let the
-hot path skip the table where it would only confirm "no change": a lookup
-never changes the phase of an existing state (and the verdict is set exactly
-when the phase is RESOLVED, so a lookup answers ``state.verdict``); a cleanup
-that leaves some request waiting never changes the phase; a result changes
-only an IN_FLIGHT state.  Each is asserted at import below, so changing the
-declaration cannot silently invalidate them.
+The parts, one module each: the lifecycle rows the hot path reads and the
+facts about them it relies on (:mod:`~kvprobe.statemachine.rules`, checked
+at import), the checks of what callers pass
+(:mod:`~kvprobe.statemachine.inputs`), the chain walk
+(:mod:`~kvprobe.statemachine.chain`) and the snapshot invariants
+(:mod:`~kvprobe.statemachine.invariants`).  A new probe state is made in one
+place, :meth:`LookupCore._new_probe`, whether a single lookup or a chain
+asked for it.
 
 Data layout (see :mod:`kvprobe.statemachine.records`).  A
 :class:`ProbeState` is one generation of one key, and every structure that
@@ -40,14 +41,25 @@ into its set of waiters (a separate object, and so a cache miss per key).
 from __future__ import annotations
 
 import itertools
-import types
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
-from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, RULES, Event, LookupPhase, Phase
+from kvprobe.spec.lifecycle import ABSENT, Phase
+from kvprobe.statemachine.chain import walk_chain
 from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
+from kvprobe.statemachine.inputs import bad_lookup
+from kvprobe.statemachine.invariants import layout_violations
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
+from kvprobe.statemachine.rules import (
+    ANSWERED,
+    CLEANUP_LAST,
+    COMPILED,
+    IN_FLIGHT,
+    MARK_MISS_NEXT,
+    PENDING,
+    TO_IN_FLIGHT,
+)
 from kvprobe.statemachine.types import (
     Batch,
     ChainAnswer,
@@ -73,66 +85,6 @@ except ImportError:  # only the compiled build needs mypy_extensions (mypyc read
 
 
 __all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
-
-# Module constants are Final: a compiled build keeps them in C statics rather
-# than looking them up in the module's namespace at every use.
-PENDING: Final = LookupPhase.PENDING
-IN_FLIGHT: Final = LookupPhase.IN_FLIGHT
-RESOLVED: Final = LookupPhase.RESOLVED
-
-# The hot path relies on these; see the module docstring.
-if any(r.event is Event.LOOKUP and r.source is not ABSENT and r.dest is not r.source for r in RULES):
-    raise ImportError("lifecycle declares a lookup that changes an existing phase; LookupCore.lookup must follow it")
-if NEXT_PHASE.get((ABSENT, Event.LOOKUP, True)) is not PENDING:
-    raise ImportError("lifecycle no longer sends a new lookup to PENDING; LookupCore.lookup must follow it")
-if any(ev is Event.CLEANUP and waited and dest is not src for (src, ev, waited), dest in NEXT_PHASE.items()):
-    raise ImportError("lifecycle lets a cleanup change a phase others wait on; LookupCore.cleanup must follow it")
-if any(ev is Event.DRAIN and src is not IN_FLIGHT and dest is not src for (src, ev, _), dest in NEXT_PHASE.items()):
-    raise ImportError("lifecycle lets a result change a state that is not IN_FLIGHT; LookupCore.apply must follow it")
-
-
-def _rows(event: Event, has_waiters: bool) -> dict[str, Phase]:
-    """NEXT_PHASE's rows for ``event`` and a waiters fact, keyed by source phase value.
-
-    Same rows, other index: enum members hash through ``Enum.__hash__``, a
-    Python-level method, so a ``NEXT_PHASE[(phase, event, flag)]`` lookup
-    makes two Python calls, while a member's value is a string whose hash is
-    cached.  Cleanup and mark_miss run this once per key.
-    """
-    return {
-        source.value: dest
-        for (source, ev, waited), dest in NEXT_PHASE.items()
-        if ev is event and source is not None and waited is has_waiters
-    }
-
-
-_CLEANUP_LAST: Final = _rows(Event.CLEANUP, has_waiters=False)
-_MARK_MISS_NEXT: Final = (_rows(Event.MARK_MISS, has_waiters=True), _rows(Event.MARK_MISS, has_waiters=False))
-# What a result does to the IN_FLIGHT state it was submitted for: with a
-# request waiting (nearly every key) and without (an orphan).
-_ANSWERED: Final = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, True)]
-_ORPHANED: Final = NEXT_PHASE[(IN_FLIGHT, Event.DRAIN, False)]
-if _ANSWERED is not RESOLVED or _ORPHANED is not ABSENT:
-    raise ImportError("lifecycle changed what a result does to an in-flight probe; LookupCore.apply must follow it")
-_TO_IN_FLIGHT: Final = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
-if _TO_IN_FLIGHT is not IN_FLIGHT:
-    raise ImportError("lifecycle no longer sends a flushed probe IN_FLIGHT; LookupCore.flush must follow it")
-
-# Creates a ProbeState without running its __init__; lookup and lookup_chain
-# set every slot themselves (tests/core/test_chain.py compares the states they
-# make, field by field, with ProbeState's own).  Pure-Python build only: a
-# compiled ProbeState is a native class, built by its constructor in C.
-_new_state = object.__new__
-
-
-def _compiled_probe() -> None:
-    """A function whose type tells how this module was built."""
-
-
-#: True when this module was compiled with mypyc (an opt-in build, see
-#: docs/performance.md), False for the pure-Python source.  Both builds run the
-#: same source and the same tests.
-COMPILED: Final = type(_compiled_probe) is not types.FunctionType
 
 _BACKEND_ERRORS: Final = frozenset(
     {
@@ -233,43 +185,46 @@ class LookupCore:
             # reported as bad input like any other bad req_id.
             request = self.requests.get(req_id)
         except (TypeError, AttributeError, ValueError) as exc:
-            raise _bad_lookup(key, req_context) from exc
-        # This path (a new probe, or another request joining one) is written
-        # inline: it runs for every new (key, request) pair, and a method call
-        # would be a tenth of its cost.
+            raise bad_lookup(key, req_context) from exc
+        # This path runs for every new (key, request) pair.  A join is written
+        # inline (a method call would be a tenth of its cost); a new probe
+        # pays that one call, to be made in the one place the chain walk uses.
         if type(key) is not bytes or type(req_id) is not str:
-            raise _bad_lookup(key, req_context)
+            raise bad_lookup(key, req_context)
         if request is None:
             request = self.requests[req_id] = WaitingRequest(req_id, req_context)
         if state is None:
-            # ProbeState.__init__, inlined (see _NEW_STATE): a class call with a
-            # Python __init__ costs a quarter of this whole path.
-            generation = self._last_generation = self._last_generation + 1
-            if COMPILED:
-                state = ProbeState(key, request, generation)
-            else:
-                state = _new_state(ProbeState)
-                state.phase = PENDING
-                state.generation = generation
-                state.waiters = {req_id}
-                state.verdict = None
-                state.key = key
-                state.owner = request
-            self.states[key] = state
-            self.step_batch.append(state)
-            verdict = None
-        else:
-            # Another request joins the probe (its phase does not change); the
-            # early return above ruled out a request already waiting on it.
-            state.waiters.add(req_id)
-            phase = state.phase
-            if phase is PENDING:
-                self._stats.joins += 1
-            elif phase is IN_FLIGHT:
-                self._stats.in_flight_reuses += 1
-            verdict = state.verdict
+            self._new_probe(key, request)
+            return None
+        # Another request joins the probe (its phase does not change); the
+        # early return above ruled out a request already waiting on it.
+        state.waiters.add(req_id)
+        phase = state.phase
+        if phase is PENDING:
+            self._stats.joins += 1
+        elif phase is IN_FLIGHT:
+            self._stats.in_flight_reuses += 1
         request.states.append(state)
-        return verdict
+        return state.verdict
+
+    def _new_probe(self, key: bytes, request: WaitingRequest) -> None:
+        """The Lookup of a key without a state: a new generation, PENDING, for ``request``.
+
+        The one place a :class:`ProbeState` is made and its fields are set
+        (:meth:`lookup` and the chain walk both come here): it joins the
+        table, this step's batch and the request's list of states.
+        """
+        generation = self._last_generation = self._last_generation + 1
+        state = ProbeState()
+        state.phase = PENDING
+        state.generation = generation
+        state.waiters = {request.req_id}
+        state.verdict = None
+        state.key = key
+        state.owner = request
+        self.states[key] = state
+        self.step_batch.append(state)
+        request.states.append(state)
 
     def lookup_chain(self, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
         """The Lookup action of each key in order, stopping after the first known MISS.
@@ -291,128 +246,7 @@ class LookupCore:
                 (as the single lookups would: none after the stop).
             ManagerClosedError: after :meth:`shutdown`.
         """
-        ready = bool(self.inbox)  # raises ManagerClosedError after shutdown
-        req_id = _chain_req_id(req_context)
-        # A list, whatever the caller passed (a tuple is copied, in C): the
-        # walks index it, which a compiled build does in C only on a list.
-        asked = keys if type(keys) is list else _chain_keys(keys)
-        # Keys are type-checked one by one while the walk only reads (the
-        # request already waits on each of them: nothing changes); at the
-        # first key that would change something, all the remaining keys are
-        # checked at once, in C, so an invalid key anywhere leaves the table
-        # untouched.
-        verified = False
-        if ready and asked:  # an empty chain is no Lookup at all: nothing is applied
-            _check_keys(asked, 0)  # applying results is a change: every key is checked first
-            verified = True
-            self.drain()
-        first_unknown = -1
-        start = 0
-        # The request's own list of states, in the order it first asked for
-        # them: a walk that repeats an earlier one finds its states there
-        # without the table lookup and the waiter-set test (a request waits on
-        # every state it lists, and a listed state is the table's state of its
-        # key: ReverseIndexConsistent).  The objects are read in the order they
-        # were made, which memory favours.  The first key that is not the
-        # listed state's own key (by identity, else equal and exactly bytes)
-        # hands over to the general walk below.
-        registered = self.requests.get(req_id)
-        # Both walks index their sequences with a counter: a compiled build
-        # turns that into a C loop, while enumerate(zip(...)) stays generic
-        # Python iteration (tuples built and unpacked per key).
-        if registered is not None:
-            held_states = registered.states
-            # Stops at the shorter of the two, by design.
-            for start in range(min(len(held_states), len(asked))):
-                held = held_states[start]
-                key = asked[start]
-                if held.key is not key and (type(key) is not bytes or held.key != key):
-                    break
-                verdict = held.verdict
-                if verdict is None:
-                    if first_unknown < 0:
-                        first_unknown = start
-                elif not verdict:
-                    return ChainAnswer(
-                        start if first_unknown < 0 else first_unknown, True, first_unknown >= 0, start + 1
-                    )
-            else:
-                start = min(len(held_states), len(asked))
-        request: WaitingRequest | None = None
-        stopped_at = -1
-        joins = reuses = 0
-        pending = PENDING
-        # Tables and lists are called through their methods, not bound methods
-        # held in locals: Python 3.11 specialises ``list.append`` and
-        # ``dict.get`` calls, and a compiled build calls them in C directly.
-        states = self.states
-        for looked in range(start, len(asked)):
-            key = asked[looked]
-            state = states.get(key)
-            if state is not None and req_id in state.waiters:
-                if not verified and type(key) is not bytes:
-                    raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(key).__name__}")
-                verdict = state.verdict
-            else:
-                if request is None:
-                    if not verified:
-                        _check_keys(asked, looked)
-                        verified = True
-                    request = self.requests.get(req_id)
-                    if request is None:
-                        request = self.requests[req_id] = WaitingRequest(req_id, req_context)
-                    registered_states = request.states
-                    states = self.states
-                    step_batch = self.step_batch
-                    generation = self._last_generation
-                    new_state = _new_state
-                    compiled = COMPILED
-                if state is None:
-                    # ProbeState.__init__, inlined as in lookup.
-                    generation += 1
-                    # Stored at once, so an exception later in the walk
-                    # cannot hand the same number out twice.
-                    self._last_generation = generation
-                    if compiled:
-                        state = ProbeState(key, request, generation)
-                    else:
-                        state = new_state(ProbeState)
-                        state.phase = pending
-                        state.generation = generation
-                        state.waiters = {req_id}
-                        state.verdict = None
-                        state.key = key
-                        state.owner = request
-                    states[key] = state
-                    step_batch.append(state)
-                    registered_states.append(state)
-                    if first_unknown < 0:
-                        first_unknown = looked
-                    continue
-                state.waiters.add(req_id)
-                phase = state.phase
-                if phase is pending:
-                    joins += 1
-                elif phase is IN_FLIGHT:
-                    reuses += 1
-                registered_states.append(state)
-                verdict = state.verdict
-            if verdict is None:
-                if first_unknown < 0:
-                    first_unknown = looked
-            elif not verdict:
-                stopped_at = looked
-                break
-        if joins or reuses:
-            stats = self._stats
-            stats.joins += joins
-            stats.in_flight_reuses += reuses
-        if stopped_at >= 0:
-            # The stopping key was looked up too.
-            hits = stopped_at if first_unknown < 0 else first_unknown
-            return ChainAnswer(hits, True, first_unknown >= 0, stopped_at + 1)
-        looked_up = len(asked)
-        return ChainAnswer(looked_up if first_unknown < 0 else first_unknown, False, first_unknown >= 0, looked_up)
+        return walk_chain(self, keys, req_context)
 
     # --- Flush ---------------------------------------------------------------
 
@@ -431,7 +265,7 @@ class LookupCore:
         if not entries:
             return None
         self._flushed_probes += len(entries)
-        to_in_flight = _TO_IN_FLIGHT
+        to_in_flight = TO_IN_FLIGHT
         pending = PENDING
         # A request's new keys are usually consecutive entries, so the group
         # of the previous entry is tried before the dict (`is` is only a
@@ -518,7 +352,7 @@ class LookupCore:
             outcome.verdicts if outcome.verdicts is not None else itertools.repeat(False, len(group.states))
         )
         in_flight = IN_FLIGHT
-        answered = _ANSWERED
+        answered = ANSWERED
         # Counted locally and added once: a stats attribute update per key
         # costs as much as the state change itself.
         hits = misses = stale = 0
@@ -607,7 +441,7 @@ class LookupCore:
             self._stats.unknown_cleanups += 1
             return
         request.waiting = False
-        last_waiter_left = _CLEANUP_LAST
+        last_waiter_left = CLEANUP_LAST
         never_probed = 0
         for state in request.states:
             waiters = state.waiters
@@ -662,7 +496,7 @@ class LookupCore:
                 stats.unknown_mark_miss += 1
                 continue
             source = state.phase
-            dest = _MARK_MISS_NEXT[not state.waiters][source._value_]  # type: ignore[union-attr]  # in the table
+            dest = MARK_MISS_NEXT[not state.waiters][source._value_]  # type: ignore[union-attr]  # in the table
             stats.forced_misses += 1
             if dest is ABSENT:
                 self._drop(state)
@@ -717,110 +551,8 @@ class LookupCore:
             raise InvariantViolation("; ".join(problems))
 
     def violations(self) -> Iterable[str]:
-        """Yield one message per broken invariant (empty when all hold)."""
-        states = self.states
-        for key, state in states.items():
-            if state.key != key or state.phase is ABSENT:
-                yield f"ReverseIndexConsistent: the table holds {state!r} under {key.hex()}"
-            if (state.verdict is not None) != (state.phase is RESOLVED):
-                yield f"VerdictIffResolved: {key.hex()} {state!r}"
-            if not state.waiters and state.phase is not IN_FLIGHT:
-                yield f"NothingLeaks: {key.hex()} {state!r} has no waiters"
-            for req_id in state.waiters:
-                request = self.requests.get(req_id)
-                if request is None or all(held is not state for held in request.states):
-                    yield f"ReverseIndexConsistent: {req_id} waits on {key.hex()} but the index lacks it"
-            owner = state.owner
-            if owner.waiting and (self.requests.get(owner.req_id) is not owner or owner.req_id not in state.waiters):
-                yield f"ReverseIndexConsistent: {key.hex()} was created by {owner!r}, which no longer waits on it"
-        for req_id, request in self.requests.items():
-            if request.req_id != req_id or not request.waiting:
-                yield f"ReverseIndexConsistent: {request!r} is registered as {req_id}"
-            if len({id(state) for state in request.states}) != len(request.states):
-                yield f"ReverseIndexConsistent: {req_id} lists a state twice"
-            for state in request.states:
-                if states.get(state.key) is not state or req_id not in state.waiters:
-                    yield f"ReverseIndexConsistent: ({req_id}, {state.key.hex()}) points at no live waiting state"
-        # Counted by identity: a state object is one generation.
-        submitted: dict[int, int] = {}
-        for group in self.outstanding.values():
-            for state in group.states:
-                submitted[id(state)] = submitted.get(id(state), 0) + 1
-        in_step_batch: dict[int, int] = {}
-        for state in self.step_batch:
-            in_step_batch[id(state)] = in_step_batch.get(id(state), 0) + 1
-        for key, state in states.items():
-            count = submitted.get(id(state), 0)
-            if count > 1:
-                yield f"EnqueueOnce: {key.hex()} generation {state.generation} is in {count} open groups"
-            queued = in_step_batch.get(id(state), 0)
-            if state.phase is PENDING and (count or queued != 1):
-                yield f"NoDuplicateProbe: PENDING {key.hex()} is submitted, or not queued exactly once"
-            if state.phase is IN_FLIGHT and not count:
-                yield f"NothingLeaks: {key.hex()} IN_FLIGHT with no open group of its generation"
+        """Yield one message per broken invariant (empty when all hold); never raises.
 
-
-def _bad_lookup(key: object, req_context: object) -> InvalidInputError:
-    if type(key) is not bytes:
-        return InvalidInputError(f"lookup() keys must be bytes, got {type(key).__name__}")
-    return _bad_context("lookup()", req_context)
-
-
-def _bad_context(caller: str, req_context: object) -> InvalidInputError:
-    """The error for a ``req_context`` whose ``req_id`` is missing, not a str, or raises."""
-    try:
-        req_id = getattr(req_context, "req_id", _MISSING)
-    except Exception as exc:  # a property that raises: name it, whatever it raised
-        return InvalidInputError(f"{caller} req_context.req_id raised {type(exc).__name__}: {exc}")
-    if req_id is _MISSING:
-        return InvalidInputError(
-            f"{caller} req_context must have a .req_id attribute; {type(req_context).__name__} has none"
-        )
-    return InvalidInputError(f"{caller} req_context.req_id must be a str, got {type(req_id).__name__}")
-
-
-def _chain_req_id(req_context: HasReqId) -> str:
-    try:
-        req_id = req_context.req_id
-    except (TypeError, AttributeError, ValueError) as exc:
-        raise _bad_context("lookup_chain()", req_context) from exc
-    if type(req_id) is not str:
-        raise _bad_context("lookup_chain()", req_context)
-    return req_id
-
-
-def _chain_keys(keys: object) -> list[Any]:
-    """``keys`` as a list, if it is a sequence of keys (the element types are checked later)."""
-    if type(keys) is tuple:
-        return list(keys)
-    if isinstance(keys, (bytes, bytearray, memoryview, str)):
-        raise InvalidInputError(
-            f"lookup_chain() takes a sequence of keys, got a single {type(keys).__name__}; wrap it in a list"
-        )
-    if not isinstance(keys, Sequence):
-        raise InvalidInputError(f"lookup_chain() takes a sequence of keys, got {type(keys).__name__}")
-    try:
-        return list(keys)
-    except (TypeError, ValueError, LookupError) as exc:
-        raise InvalidInputError(f"lookup_chain() could not read its keys: {type(exc).__name__}: {exc}") from exc
-
-
-def _check_keys(keys: list[Any], start: int) -> None:
-    """Raise InvalidInputError unless every key from index ``start`` on is exactly ``bytes``."""
-    if COMPILED:
-        # A C loop here; set(map(type, ...)) would be generic calls per key.
-        for i in range(start, len(keys)):
-            if type(keys[i]) is not bytes:
-                raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(keys[i]).__name__}")
-        return
-    # The pure-Python build checks in C: one set of the types, no Python loop.
-    rest = keys[start:] if start else keys
-    if set(map(type, rest)) != _ONLY_BYTES and rest:
-        bad = next(key for key in rest if type(key) is not bytes)
-        raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(bad).__name__}")
-
-
-_ONLY_BYTES: Final = {bytes}
-
-
-_MISSING: Final = object()
+        See :func:`kvprobe.statemachine.invariants.layout_violations`.
+        """
+        return layout_violations(self.states, self.requests, self.outstanding.values(), self.step_batch)

@@ -44,6 +44,8 @@ import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
+from kvprobe.backends._cpu_clock import schedstat_busy_seconds
+
 __all__ = [
     "BUSY_SHARE",
     "DEFAULT_HOLD_S",
@@ -98,18 +100,6 @@ class GatedCall(Protocol):
 
     @property
     def clock(self) -> BusyClock | None: ...  # its caller thread's busy time, if readable
-
-
-def schedstat_busy_seconds(path: str) -> float:
-    """Run plus run-queue seconds from a Linux ``schedstat`` file (nanoseconds there).
-
-    Raises:
-        OSError: the file cannot be read (the thread or process has ended).
-        ValueError: it is not a schedstat file.
-    """
-    with open(path, "rb") as stat:
-        fields = stat.read().split()
-    return (int(fields[0]) + int(fields[1])) / 1e9
 
 
 def thread_busy_clock(thread: threading.Thread) -> BusyClock | None:

@@ -16,16 +16,9 @@ new one.
 
 from __future__ import annotations
 
-from typing import Final
-
-from kvprobe.spec.lifecycle import LookupPhase, Phase
+from kvprobe.spec.lifecycle import Phase
 
 __all__ = ["ProbeState", "WaitingRequest"]
-
-# Read once: ``LookupPhase.PENDING`` goes through the enum's class-attribute
-# machinery (about 190 ns on Python 3.11), which a compiled ProbeState
-# constructor would otherwise pay for every new probe.
-_PENDING: Final = LookupPhase.PENDING
 
 
 class WaitingRequest:
@@ -52,20 +45,26 @@ class WaitingRequest:
 class ProbeState:
     """The one probe state of a key: phase, generation, waiters, verdict.
 
+    Made only by the core's Lookup of a key that has no state
+    (``LookupCore._new_probe``, the one place that sets these fields): a new
+    generation, PENDING, with its creator as the one waiter and no verdict.
     ``owner`` is the request whose lookup created it: the group it is
     submitted in if that request still waits at flush.  ``phase`` is None
     (ABSENT) once the core dropped the state from its table.
+
+    There is no ``__init__``: in pure Python a class call with a Python
+    ``__init__`` costs about a quarter of a new key's lookup, so the core
+    allocates the object (``ProbeState()``, in C) and sets the fields itself.
     """
 
     __slots__ = ("generation", "key", "owner", "phase", "verdict", "waiters")
 
-    def __init__(self, key: bytes, owner: WaitingRequest, generation: int) -> None:
-        self.phase: Phase = _PENDING
-        self.generation = generation
-        self.waiters: set[str] = {owner.req_id}
-        self.verdict: bool | None = None
-        self.key = key
-        self.owner = owner
+    phase: Phase
+    generation: int
+    waiters: set[str]
+    verdict: bool | None
+    key: bytes
+    owner: WaitingRequest
 
     def __repr__(self) -> str:
         phase = "ABSENT" if self.phase is None else self.phase.name

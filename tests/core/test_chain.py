@@ -20,6 +20,7 @@ from kvprobe.statemachine import (
     AsyncLookupManager,
     ChainAnswer,
     InvalidInputError,
+    LookupPhase,
     ManualWorker,
     ReqContext,
 )
@@ -290,14 +291,17 @@ def test_unchecked_manager_hands_out_the_core_walk() -> None:
 
 
 @pytest.mark.parametrize("how", ["lookup", "lookup_chain"])
-def test_states_made_inline_equal_probe_states_made_by_the_constructor(how: str) -> None:
-    # The pure-Python lookup and lookup_chain build a ProbeState slot by slot
-    # (no __init__ call); every slot must be set, to what
-    # ProbeState(key, owner, generation) sets.  A compiled ProbeState is a
-    # native class: its attributes are listed in __mypyc_attrs__ instead.
+def test_a_new_probe_sets_every_slot_to_what_the_lookup_action_makes(how: str) -> None:
+    # lookup and lookup_chain make a state in one place (LookupCore._new_probe),
+    # which sets each slot itself: ProbeState has no __init__.  Every slot must
+    # be set (an unset one would raise at its first read) to the model's new
+    # state: PENDING, the next generation, its creator the one waiter, no verdict.
+    # A compiled ProbeState is a native class: its attributes are listed in
+    # __mypyc_attrs__ instead of __slots__.
     from kvprobe.statemachine.records import ProbeState
 
     m = AsyncLookupManager(InMemoryBackend(), worker="manual")
+    m.lookup(KEYS[1], ReqContext("r0"))  # the generation counter is past its start
     ctx = ReqContext("r1")
     if how == "lookup":
         m.lookup(KEYS[0], ctx)
@@ -305,12 +309,12 @@ def test_states_made_inline_equal_probe_states_made_by_the_constructor(how: str)
         m.lookup_chain([KEYS[0]], ctx)
     made = m.core.states[KEYS[0]]
     owner = m.core.requests["r1"]
-    reference = ProbeState(KEYS[0], owner, made.generation)
     slots = ProbeState.__mypyc_attrs__ if COMPILED else ProbeState.__slots__  # type: ignore[attr-defined]
     assert set(slots) == {"phase", "generation", "waiters", "verdict", "key", "owner"}
-    for slot in slots:
-        assert getattr(made, slot) == getattr(reference, slot), slot
+    want = {"phase": LookupPhase.PENDING, "generation": 2, "waiters": {"r1"}, "verdict": None, "key": KEYS[0]}
+    assert {slot: getattr(made, slot) for slot in sorted(want)} == want
     assert made.owner is owner and type(made) is ProbeState
+    assert owner.states == [made] and m.core.step_batch[-1] is made
     m.shutdown()
 
 
@@ -336,9 +340,13 @@ def test_a_waiting_request_re_walking_with_a_look_alike_key_is_refused(make: Any
 def test_compiled_flag_tells_which_build_is_loaded() -> None:
     # COMPILED is what a user (and the compiled CI job) reads to know the
     # build; it must agree with the file the core was actually loaded from.
+    import kvprobe.statemachine.chain as chain
     import kvprobe.statemachine.core as core
+    import kvprobe.statemachine.inputs as inputs
     import kvprobe.statemachine.records as records
+    import kvprobe.statemachine.rules as rules
 
     assert core.COMPILED is (not core.__file__.endswith(".py"))
-    # The two modules are compiled together or not at all (setup.py).
-    assert records.__file__.endswith(".py") is core.__file__.endswith(".py")
+    # The hot-path modules are compiled together or not at all (setup.py).
+    hot_path = (records, rules, inputs, chain, core)
+    assert {str(module.__file__).endswith(".py") for module in hot_path} == {not core.COMPILED}

@@ -1,0 +1,161 @@
+"""What every worker shares: the protocol the manager drives, the one backend call, the setting checks.
+
+A worker receives :class:`~kvprobe.statemachine.types.Batch` es from the
+manager's ``flush`` and publishes one
+:class:`~kvprobe.statemachine.types.GroupOutcome` per group through the
+``publish`` callable it was started with (the core's inbox
+``deque.append``: atomic, so no lock).  It touches nothing else of the
+manager.  Every worker calls the backend through :func:`probe_group`, which
+turns whatever the backend does into an outcome.
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from kvprobe.backends.base import Backend
+from kvprobe.statemachine.types import (
+    Batch,
+    FailureKind,
+    GroupOutcome,
+    InvalidInputError,
+    InvalidValueError,
+    ProbeGroup,
+)
+
+__all__ = [
+    "Publish",
+    "Worker",
+    "check_count",
+    "check_hold",
+    "check_timeout",
+    "describe_exception",
+    "discard_outcome",
+    "probe_group",
+]
+
+Publish = Callable[[GroupOutcome], None]
+
+
+class Worker(Protocol):
+    """What the manager needs of a worker driver (the shape is ``docs/worker.md``).
+
+    Optional: ``abandon()``, a lock-free stop that the manager's finalizer
+    calls instead of ``stop(0)`` when the manager is collected unshut; and
+    publishing :func:`~kvprobe.statemachine.types.death_marker` when the
+    worker dies, so that a ``lookup`` notices.
+    """
+
+    def start(self, backend: Backend, publish: Publish) -> None:
+        """Begin serving; called once at construction and again after a death."""
+
+    def submit(self, batch: Batch) -> None:
+        """Queue a batch; must not block."""
+
+    def is_alive(self) -> bool:
+        """False once the worker can no longer deliver the groups it was given."""
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop serving and discard anything published later; wait at most ``timeout_s``."""
+
+
+def probe_group(backend: Backend, group: ProbeGroup) -> GroupOutcome:
+    """Call ``backend.batch_lookup`` for one group and check what it returns.
+
+    Never raises for an ``Exception`` from the backend: a raise at call time,
+    a raise while its iterable is consumed, too few or too many results, or a
+    result that is not a ``bool`` becomes a failed outcome naming the problem.
+    """
+    keys = list(group.keys)
+    expected = len(keys)
+    try:
+        result = backend.batch_lookup(keys, group.req_context)
+    except Exception as exc:
+        return GroupOutcome(group, None, FailureKind.RAISED, describe_exception(exc))
+    if type(result) is list and len(result) == expected and set(map(type, result)) <= _BOOL_ONLY:
+        # The common answer, checked in C: a large group's verdicts would
+        # otherwise hold the GIL for a Python loop the scheduler waits on.
+        return GroupOutcome(group, tuple(result))
+    verdicts: list[bool] = []
+    try:
+        for verdict in result:
+            if len(verdicts) == expected:
+                return GroupOutcome(group, None, FailureKind.LONG_RESULT, f"more than {expected} results")
+            if verdict is not True and verdict is not False:
+                return GroupOutcome(
+                    group, None, FailureKind.BAD_VERDICT, f"result {len(verdicts)} is {type(verdict).__name__}"
+                )
+            verdicts.append(verdict)
+    except Exception as exc:
+        return GroupOutcome(group, None, FailureKind.RAISED_WHILE_ITERATING, describe_exception(exc))
+    if len(verdicts) < expected:
+        return GroupOutcome(group, None, FailureKind.SHORT_RESULT, f"{len(verdicts)} results for {expected} keys")
+    return GroupOutcome(group, tuple(verdicts))
+
+
+_BOOL_ONLY = frozenset({bool})
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``exc`` as ``"Type: message"``, at most 500 characters (an outcome's detail)."""
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def discard_outcome(outcome: GroupOutcome) -> None:
+    """A ``publish`` that drops the outcome: a stopped worker's."""
+    del outcome
+
+
+def check_timeout(name: str, value: object) -> float:
+    """``value`` as a float number of seconds that ``threading`` can wait for.
+
+    Raises:
+        InvalidInputError: not a real number (``bool`` excluded).
+        InvalidValueError: not positive, not finite, or above
+            ``threading.TIMEOUT_MAX`` (an ``Event.wait`` would raise
+            ``OverflowError`` on the worker for every group).
+    """
+    seconds = _seconds(name, value)
+    if not 0 < seconds <= threading.TIMEOUT_MAX:
+        raise InvalidValueError(f"{name} must be positive and finite, got {value!r} {_AT_MOST_TIMEOUT_MAX}")
+    return seconds
+
+
+def check_hold(name: str, value: object) -> float:
+    """``value`` as a float number of seconds, 0 or more, that ``threading`` can wait for.
+
+    Raises:
+        InvalidInputError: not a real number (``bool`` excluded).
+        InvalidValueError: negative, not finite, or above ``threading.TIMEOUT_MAX``.
+    """
+    seconds = _seconds(name, value)
+    if not 0 <= seconds <= threading.TIMEOUT_MAX:
+        raise InvalidValueError(f"{name} must be 0 or more and finite, got {value!r} {_AT_MOST_TIMEOUT_MAX}")
+    return seconds
+
+
+def _seconds(name: str, value: object) -> float:
+    """``value`` as a float, if it is a real number other than a ``bool`` (else InvalidInputError)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    return float(value)
+
+
+_AT_MOST_TIMEOUT_MAX = f"(at most threading.TIMEOUT_MAX = {threading.TIMEOUT_MAX:.0f} s)"
+
+
+def check_count(name: str, value: object) -> int:
+    """``value`` if it is an int of at least 1.
+
+    Raises:
+        InvalidInputError: not an ``int`` (``bool`` excluded).
+        InvalidValueError: less than 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidValueError(f"{name} must be at least 1, got {value}")
+    return value
