@@ -1,7 +1,7 @@
 """Build hook for the compiled core; everything else is in pyproject.toml.
 
-``pip install .`` compiles the scheduler core (``kvprobe.statemachine.core``
-and ``.records``) with mypyc, from the same typed source, whenever a C
+``pip install .`` compiles the scheduler core (the hot-path modules of
+``kvprobe.statemachine`` listed below) with mypyc, from the same typed source, whenever a C
 compiler can build against this Python (buildtools/toolchain.py decides;
 ``KVPROBE_COMPILE=0`` asks for pure Python, ``KVPROBE_COMPILE=1`` insists on
 the compiled build and fails loudly without a compiler).  The compiled
@@ -23,7 +23,13 @@ from buildtools.layout import stage
 from buildtools.toolchain import requested, will_compile
 
 # The modules on the scheduler's hot path, by import name.
-COMPILED_MODULES = ["kvprobe.statemachine.core", "kvprobe.statemachine.records"]
+COMPILED_MODULES = [
+    "kvprobe.statemachine.records",
+    "kvprobe.statemachine.rules",
+    "kvprobe.statemachine.inputs",
+    "kvprobe.statemachine.chain",
+    "kvprobe.statemachine.core",
+]
 
 
 def ext_modules() -> list[Extension]:

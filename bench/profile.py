@@ -67,7 +67,7 @@ def steps(number: int = 200_000) -> str:
         ("  req_context.req_id", cost("ctx.req_id")),
         ("  req_id in state.waiters", cost("'r' in state.waiters")),
         ("  return state.verdict", cost("state.verdict")),
-        ("new key: one ProbeState(key, owner, gen)", cost("ProbeState(key, owner, 1)")),
+        ("new key: allocate a ProbeState", cost("ProbeState()")),
         ("  generation number (an int counter)", cost("core._last_generation += 1")),
         ("  type(key) is bytes", cost("type(key) is bytes")),
         (
