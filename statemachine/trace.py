@@ -64,6 +64,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
+from kvprobe.spec.actions import WORKER_EVENTS
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.types import (
     Batch,
@@ -91,10 +92,9 @@ __all__ = [
 
 TraceSink = Callable[[dict[str, object]], None]
 
-#: The worker's actions (tla/KVProbe.tla), as trace event names.
-WORKER_ACTIONS = frozenset(
-    {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive"}
-)
+#: The trace events the worker side records (kvprobe.spec.actions.WORKER_EVENTS:
+#: the worker's actions of tla/KVProbe.tla, and Revive).
+WORKER_ACTIONS = frozenset(WORKER_EVENTS)
 
 
 class TraceRecorder:
