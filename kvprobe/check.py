@@ -80,7 +80,7 @@ PROGRESS_EVERY_S = 20.0
 EPILOG = f"""\
 exit status:
   {EXIT_OK}   ok: no violation (reach: every witness found; trace: accepted)
-  {EXIT_USAGE}   usage error (bad option, unknown config or mutant, unreadable or malformed --trace file)
+  {EXIT_USAGE}   usage error (bad option, unknown config or mutant, --mutant with --trace, bad --trace file)
   {EXIT_INVARIANT}  a safety property (invariant or action property) is violated
   {EXIT_LIVENESS}  a liveness property is violated
   {EXIT_DEADLOCK}  deadlock: a state without successor other than after Shutdown

@@ -4,7 +4,7 @@
 model and returns what TLC found (a :class:`TlcResult`); :func:`tla_dir`
 finds the model; :func:`config_directives` reads the ``\\* kvprobe:`` lines a
 config may hold.  The rest of the TLC layer lives in sibling modules, one
-seam each, and its public names are importable from here too:
+seam each; the public names of the first four are importable from here too:
 
 * :mod:`kvprobe.tlc_java`: the pinned ``tla2tools.jar`` and ``java``;
 * :mod:`kvprobe.tlc_output`: TLC's ``-tool`` message protocol, a run's result;
