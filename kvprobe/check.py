@@ -5,16 +5,18 @@ Examples::
     kvprobe check                       # tla/default.cfg, the correct model
     kvprobe check --mutant double-result       # a named mutant (a defect seen in the field)
     kvprobe check --mutant fail-resolves-hit   # a spec mutant (see --list)
+    kvprobe check --mutant double-result --raw # ... with TLC's own counterexample too
     kvprobe check --config keys2 --workers 2
     kvprobe check --config reach        # every reachability witness must exist
     kvprobe check --trace run.ndjson    # is a recorded trace a behaviour of the model? (+ actions covered)
     kvprobe check --list
     kvprobe check --diagram             # the lifecycle diagram (docs/lifecycle.md)
 
-A counterexample is printed as TLC gives it, then in plain words
-(:mod:`kvprobe.explain`); ``--raw`` prints TLC's form only.  On a terminal a
-live line shows TLC's progress (states found, rate); elsewhere (CI logs)
-nothing but the results is printed.
+A counterexample is told in plain words (:mod:`kvprobe.explain`); ``--raw``
+adds TLC's own form after it.  TLC's progress goes to stderr: a live line on
+a terminal; elsewhere (CI logs, pipes) a start line, a line about every 20 s
+(``--progress-every``) and an end line.  The mutants are listed once, in
+:mod:`kvprobe.tlc_mutants`.
 """
 
 from __future__ import annotations
@@ -29,21 +31,11 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from kvprobe.check_report import TlcProgress, format_trace, report, summary
 from kvprobe.explain import explain
-from kvprobe.progress import Progress
-from kvprobe.tlc import (
-    WORKER_EVENTS,
-    CheckerMissing,
-    Message,
-    Step,
-    TlcResult,
-    coverage_line,
-    read_trace,
-    run_tlc,
-    tla_dir,
-    trace_coverage_line,
-    trace_to_tla,
-)
+from kvprobe.spec.actions import WORKER_EVENTS
+from kvprobe.tlc import CheckerMissing, TlcResult, read_trace, tla_dir, trace_coverage_line, trace_to_tla
+from kvprobe.tlc_mutants import KINDS, MUTANTS, UnknownMutant, mutant_config, root_module
 
 __all__ = [
     "EXIT_CHECKER_MISSING",
@@ -56,11 +48,10 @@ __all__ = [
     "EXIT_TRACE_REJECTED",
     "EXIT_UNREACHED",
     "EXIT_USAGE",
-    "MUTANTS",
-    "MUTANT_SUMMARIES",
+    "PROGRESS_EVERY_S",
     "configs",
-    "declared_mutants",
     "diagram_markdown",
+    "format_trace",
     "main",
 ]
 
@@ -83,65 +74,13 @@ _EXIT_BY_OUTCOME = {
     "error": EXIT_SPEC_ERROR,
 }
 
-#: The named mutants of docs/properties.md (values of the model constant Mutant).
-MUTANTS: tuple[str, ...] = (
-    "flush-submits-cleaned",
-    "cleanup-drops-in-flight",
-    "stale-result-applied",
-    "double-result",
-    "worker-error-drops-batch",
-    "orphan-never-reclaimed",
-    "mark-miss-in-flight-unguarded",
-)
-
-#: One line per mutant for ``--list`` (docs/properties.md has the full table);
-#: the names ``--mutant`` accepts are those tla/KVProbe.tla declares.
-MUTANT_SUMMARIES: dict[str, str] = {
-    "flush-submits-cleaned": "Flush submits entries whose state was reclaimed since the lookup",
-    "cleanup-drops-in-flight": "Cleanup deletes an IN_FLIGHT state; the key is probed again",
-    "stale-result-applied": "Drain applies a result without comparing generations",
-    "double-result": "Drain applies a second result (a late answer) to a RESOLVED state",
-    "worker-error-drops-batch": "a failed backend call publishes nothing; its probes stay IN_FLIGHT",
-    "orphan-never-reclaimed": "a result for a state nobody waits on resolves it instead of reclaiming it",
-    "mark-miss-in-flight-unguarded": "MarkMiss leaves an IN_FLIGHT state IN_FLIGHT: its result overrides the MISS",
-    "fail-resolves-hit": "Drain resolves a failed, timed-out or saturated group's keys as HIT",
-    "verdict-from-other-key": "Drain gives each key the answer of one (any) key of the group",
-    "flush-ignores-gen": "Flush submits a PENDING key's entry without comparing its generation",
-    "flush-submits-forced": "Flush submits an entry without checking it is still PENDING",
-    "lookup-rejoins-batch": "a request joining a PENDING probe adds a second batch entry",
-    "lookup-skips-drain": "Lookup answers without draining the published outcomes first",
-    "stale-reclaims-newer": "an outcome reclaims an orphan without comparing generations",
-    "flush-while-dead": "Flush submits to a dead worker instead of reviving it first",
-    "death-forgets-open": "the death marker's Drain forgets the open groups instead of failing them",
-    "lookup-after-shutdown": "Lookup is not refused after Shutdown",
-    "cleanup-keeps-reverse-index": "Cleanup leaves the request's keys in the reverse index",
-    "saturate-publishes-nothing": "Saturate takes the group but publishes nothing",
-}
-
-_DECLARED = {"named": "NamedMutants", "spec": "SpecMutants"}
-
-
-def declared_mutants() -> dict[str, list[str]]:
-    """The mutants tla/KVProbe.tla declares, by kind: ``{"named": [...], "spec": [...]}``.
-
-    ``named`` are the defects seen in the field (DESIGN's list, :data:`MUTANTS`);
-    ``spec`` are the one-line slips written to measure the invariants.
-
-    Raises:
-        FileNotFoundError: no tla/ folder.
-    """
-    model = (tla_dir() / "KVProbe.tla").read_text()
-    found: dict[str, list[str]] = {}
-    for kind, name in _DECLARED.items():
-        declared = re.search(rf"^{name} == \{{(.*?)\}}", model, re.DOTALL | re.MULTILINE)
-        found[kind] = re.findall(r'"([\w-]+)"', declared.group(1)) if declared else []
-    return found
-
+#: Seconds between two progress lines when stderr is not a terminal.
+PROGRESS_EVERY_S = 20.0
 
 EPILOG = f"""\
 exit status:
   {EXIT_OK}   ok: no violation (reach: every witness found; trace: accepted)
-  {EXIT_USAGE}   usage error (bad option, unknown config or mutant, unreadable or malformed --trace file)
+  {EXIT_USAGE}   usage error (bad option, unknown config or mutant, --mutant with --trace, bad --trace file)
   {EXIT_INVARIANT}  a safety property (invariant or action property) is violated
   {EXIT_LIVENESS}  a liveness property is violated
   {EXIT_DEADLOCK}  deadlock: a state without successor other than after Shutdown
@@ -152,7 +91,6 @@ exit status:
   {EXIT_INTERRUPTED} interrupted (Ctrl-C); TLC is stopped
 """
 
-_MUTANT_LINE = re.compile(r'^(\s*Mutant\s*=\s*)"[^"]*"', re.MULTILINE)
 _REACH_DIRECTIVE = "\\* kvprobe: reachability"
 
 
@@ -185,9 +123,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", type=Path, help="check that a recorded NDJSON trace is a behaviour of the model")
     parser.add_argument("--list", action="store_true", help="list the configs and the mutants, then exit")
     parser.add_argument("--diagram", action="store_true", help="print docs/lifecycle.md, generated from the lifecycle")
-    parser.add_argument("--quiet", action="store_true", help="no progress line (there is none unless on a terminal)")
+    parser.add_argument("--quiet", action="store_true", help="print no progress (on stderr) at all")
     parser.add_argument(
-        "--raw", action="store_true", help="a counterexample as TLC prints it only, without the plain-words account"
+        "--progress-every",
+        type=float,
+        default=PROGRESS_EVERY_S,
+        metavar="SECONDS",
+        help=f"when stderr is not a terminal, a progress line at most every SECONDS (default {PROGRESS_EVERY_S:g})",
+    )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="after the plain-words account, also print the counterexample as TLC gives it",
     )
     return parser
 
@@ -233,53 +180,55 @@ def _main(args: argparse.Namespace) -> int:
         sys.stdout.write(diagram_markdown())
         return EXIT_OK
     if args.list:
-        print("configs (tla/NAME.cfg):")
-        for name, summary in configs().items():
-            print(f"  {name:<12} {summary}")
-        kinds = declared_mutants()
-        headings = {
-            "named": "named mutants, the defects seen in the field (--mutant NAME):",
-            "spec": "spec mutants, one-line slips that measure the invariants (--mutant NAME):",
-        }
-        for kind, heading in headings.items():
-            print(heading)
-            for mutant in kinds[kind]:
-                print(f"  {mutant:<30} {MUTANT_SUMMARIES.get(mutant, '(see docs/properties.md)')}")
+        _list()
         return EXIT_OK
-    if args.workers < 1:
-        print("kvprobe check: --workers must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
-    if args.mutant != "none":
-        known = [m for names in declared_mutants().values() for m in names]
-        if args.mutant not in known:
-            print(f"kvprobe check: unknown mutant {args.mutant!r}; choose from {', '.join(known)}", file=sys.stderr)
-            return EXIT_USAGE
+    mutant = None if args.mutant == "none" else args.mutant
+    _check_usage(args, mutant)
+    progress = TlcProgress(quiet=args.quiet, every_s=args.progress_every)
     try:
         if args.trace is not None:
-            return _check_trace(args.trace, args.workers, args.quiet, args.raw)
+            return _check_trace(args.trace, args.workers, progress, args.raw)
         folder = tla_dir()
         config = folder / f"{args.config}.cfg"
         if not config.is_file():
-            print(f"kvprobe check: no config {config}; choose from {', '.join(configs())}", file=sys.stderr)
-            return EXIT_USAGE
-        text = _with_mutant(config.read_text(), args.mutant)
+            raise _UsageError(f"no config {config}; choose from {', '.join(configs())}")
+        text = config.read_text() if mutant is None else mutant_config(config.read_text(), mutant)
+        root = folder / root_module(mutant)
         if _REACH_DIRECTIVE in text:
-            return _check_reach(folder, args.config, text, args.workers, args.quiet)
-        result = _run(folder / "MC.tla", text, args.workers, args.quiet)
+            return _check_reach(root, args.config, text, args.workers, progress, args.raw)
+        result = _run(root, text, args.workers, progress, f"{args.config}.cfg")
     except CheckerMissing as exc:
         print(f"kvprobe check: {exc}", file=sys.stderr)
         return EXIT_CHECKER_MISSING
-    label = f"{args.config} (mutant {args.mutant})"
-    _report(result, label, _properties(text), raw=args.raw)
+    report(result, f"{args.config} (mutant {args.mutant})", _properties(text), raw=args.raw)
     return _EXIT_BY_OUTCOME[result.outcome]
 
 
-def _with_mutant(cfg: str, mutant: str) -> str:
-    if mutant == "none":
-        return cfg
-    if not _MUTANT_LINE.search(cfg):
-        raise _UsageError(f"the config sets no Mutant constant, so --mutant {mutant} cannot apply")
-    return _MUTANT_LINE.sub(lambda m: f'{m.group(1)}"{mutant}"', cfg)
+def _list() -> None:
+    print("configs (tla/NAME.cfg):")
+    for name, summary_line in configs().items():
+        print(f"  {name:<12} {summary_line}")
+    for kind, heading in KINDS.items():
+        print(f"{heading} (--mutant NAME):")
+        for mutant in MUTANTS:
+            if mutant.kind == kind:
+                print(f"  {mutant.name:<30} {mutant.summary}")
+
+
+def _check_usage(args: argparse.Namespace, mutant: str | None) -> None:
+    """Raise _UsageError for options that cannot be carried out as given."""
+    if args.workers < 1:
+        raise _UsageError("--workers must be at least 1")
+    if args.progress_every <= 0:
+        raise _UsageError("--progress-every must be a positive number of seconds")
+    if mutant is None:
+        return
+    try:
+        root_module(mutant)
+    except UnknownMutant as exc:
+        raise _UsageError(str(exc)) from None
+    if args.trace is not None:
+        raise _UsageError("--mutant does not apply to --trace: a recorded trace is checked against the correct model")
 
 
 _CFG_KEYWORDS = re.compile(
@@ -300,114 +249,28 @@ def _properties(cfg: str) -> list[str]:
     return names
 
 
-def _run(spec: Path, cfg_text: str, workers: int, quiet: bool, extra: dict[str, str] | None = None) -> TlcResult:
-    progress = _TlcProgress()
+def _run(spec: Path, cfg_text: str, workers: int, progress: TlcProgress, what: str) -> TlcResult:
     with tempfile.TemporaryDirectory(prefix="kvprobe-cfg-") as tmp:
         cfg = Path(tmp) / "run.cfg"
         cfg.write_text(cfg_text)
-        try:
-            return run_tlc(spec, cfg, workers=workers, extra_files=extra, on_message=None if quiet else progress)
-        finally:
-            progress.clear()
+        return progress.run(what, spec, cfg, workers=workers)
 
 
-class _TlcProgress:
-    """TLC's progress messages as one live line on a terminal (nothing elsewhere)."""
-
-    def __init__(self) -> None:
-        self.display = Progress(sys.stderr)
-
-    def __call__(self, msg: Message) -> None:
-        text = msg.text.strip()
-        if msg.code == 2200:  # Progress(depth) at ...: N states generated (R s/min), M distinct states found, ...
-            found = re.search(
-                r"Progress\((\d+)\).*?([\d,]+) states generated(?: \(([\d,]+) s/min\))?.*?([\d,]+) distinct"
-                r".*?([\d,]+) states left",
-                text,
-            )
-            if found:
-                depth, gen, per_min, distinct, left = found.groups()
-                rate = f", {_int(per_min) / 60:,.0f} states/s" if per_min else ""
-                self.display.show(
-                    f"TLC: depth {depth}, {distinct} distinct states, {gen} generated{rate}, {left} on queue",
-                    force=True,
-                )
-        elif msg.code in (2185, 2190, 2192) or text.startswith(("Checking temporal properties", "Checking 1 branches")):
-            self.display.show(f"TLC: {text.splitlines()[0]}", force=True)
-
-    def clear(self) -> None:
-        self.display.clear()
-
-
-def _int(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
-def _summary(result: TlcResult) -> str:
-    parts = []
-    if result.generated is not None:
-        parts.append(f"{result.generated} states generated")
-    if result.distinct is not None:
-        parts.append(f"{result.distinct} distinct states")
-    if result.depth is not None:
-        parts.append(f"depth {result.depth}")
-    parts.append(f"{result.seconds:.1f} s")
-    return ", ".join(parts)
-
-
-def _report(result: TlcResult, label: str, properties: list[str], raw: bool = False) -> None:
-    if result.outcome == "ok":
-        print(f"kvprobe check {label}: OK, no violation: {_summary(result)}")
-        print(coverage_line(result))
-        return
-    if result.outcome == "error":
-        print(f"kvprobe check {label}: TLC could not check the model (exit {result.exit_code}):", file=sys.stderr)
-        for error in result.errors:
-            print("  " + error.replace("\n", "\n  "), file=sys.stderr)
-        print(f"kvprobe check {label}: SPEC ERROR: {_summary(result)}")
-        return
-    name = result.property or (" / ".join(properties) if properties else "a temporal property")
-    kind = {"invariant": "safety property", "liveness": "liveness property", "deadlock": "deadlock"}[result.outcome]
-    print(f"Counterexample ({len(result.trace)} states) violating {name}:")
-    print(format_trace(result.trace))
-    if not raw:
-        violated = "deadlock" if result.outcome == "deadlock" else result.property or next(iter(properties), None)
-        print(explain(result.trace, violated))
-    violated = "DEADLOCK reached" if result.outcome == "deadlock" else f"VIOLATED {kind} {name}"
-    print(f"kvprobe check {label}: {violated}: {_summary(result)}")
-
-
-def format_trace(steps: Sequence[Step]) -> str:
-    """Numbered steps; the first shows every variable, later ones only what changed."""
-    lines: list[str] = []
-    previous: dict[str, str] = {}
-    for step in steps:
-        if not step.values:  # the end of a lasso: "Back to state N" or "Stuttering"
-            lines.append(f"  -> {step.action}")
-            continue
-        changed = {k: v for k, v in step.values.items() if previous.get(k) != v}
-        lines.append(f"  {step.number}. {step.action}")
-        for name in sorted(changed):
-            lines.append(f"       {name} = {changed[name]}")
-        if not changed:
-            lines.append("       (no variable changed)")
-        previous = step.values
-    return "\n".join(lines)
-
-
-def _check_reach(folder: Path, name: str, cfg: str, workers: int, quiet: bool) -> int:
+def _check_reach(spec: Path, name: str, cfg: str, workers: int, progress: TlcProgress, raw: bool) -> int:
     """Run TLC once per property of a reachability config; each must be violated."""
     props = _properties(cfg)
     head, _, _ = cfg.partition("PROPERTIES")
     missing = []
     for prop in props:
-        result = _run(folder / "MC.tla", f"{head}PROPERTIES\n    {prop}\n", workers, quiet)
+        result = _run(spec, f"{head}PROPERTIES\n    {prop}\n", workers, progress, f"{name}.cfg ({prop})")
         if result.outcome == "invariant" and result.property == prop:
-            print(f"reached: {prop} is violated after {len(result.trace)} states ({_summary(result)}); witness:")
-            print(format_trace(result.trace))
+            print(f"reached: {prop} is violated after {len(result.trace)} states ({summary(result)}); witness:")
+            print(explain(result.trace, None))
+            if raw:
+                print(format_trace(result.trace))
         else:
             missing.append(prop)
-            _report(result, f"{name} ({prop})", [prop])
+            report(result, f"{name} ({prop})", [prop], raw=raw)
     if missing:
         print(f"kvprobe check {name}: UNREACHED: no witness for {', '.join(missing)}")
         return EXIT_UNREACHED
@@ -415,7 +278,7 @@ def _check_reach(folder: Path, name: str, cfg: str, workers: int, quiet: bool) -
     return EXIT_OK
 
 
-def _check_trace(path: Path, workers: int, quiet: bool, raw: bool = False) -> int:
+def _check_trace(path: Path, workers: int, progress: TlcProgress, raw: bool) -> int:
     try:
         events = read_trace(path)
         if not all(isinstance(event, dict) for event in events):
@@ -438,22 +301,16 @@ def _check_trace(path: Path, workers: int, quiet: bool, raw: bool = False) -> in
         cfg_path.write_text(cfg)
         # A dead end only means that interleaving does not match the trace:
         # -deadlock turns TLC 2.15's deadlock check off for this run.
-        progress = _TlcProgress()
-        try:
-            result = run_tlc(
-                spec, cfg_path, workers=workers, extra_args=["-deadlock"], on_message=None if quiet else progress
-            )
-        finally:
-            progress.clear()
+        result = progress.run(path.name, spec, cfg_path, workers=workers, extra_args=["-deadlock"])
     if result.outcome == "invariant" and result.property == "TraceUnfinished":
-        print(f"kvprobe check --trace {path}: ACCEPTED, all {len(events)} events: {_summary(result)}")
+        print(f"kvprobe check --trace {path}: ACCEPTED, all {len(events)} events: {summary(result)}")
         # Each event of an accepted trace matched one step of its action.
         print(trace_coverage_line(events))
         return EXIT_OK
     if result.outcome == "ok":
         print(
             f"kvprobe check --trace {path}: REJECTED: no behaviour of the model matches all {len(events)} events "
-            f"(TLC search depth {result.depth}): {_summary(result)}"
+            f"(TLC search depth {result.depth}): {summary(result)}"
         )
         stop = _first_unmatched(events, result.depth)
         if stop is not None:
@@ -462,7 +319,7 @@ def _check_trace(path: Path, workers: int, quiet: bool, raw: bool = False) -> in
                 f"({events[stop].get('action')})"
             )
         return EXIT_TRACE_REJECTED
-    _report(result, f"--trace {path}", [], raw=raw)
+    report(result, f"--trace {path}", [], raw=raw)
     return _EXIT_BY_OUTCOME[result.outcome]
 
 

@@ -1,6 +1,6 @@
 """TLC's counterexample in plain words: one line per step, then what went wrong.
 
-``kvprobe check`` prints this after TLC's own trace (``--raw`` leaves it out).
+``kvprobe check`` prints this for a counterexample (``--raw`` adds TLC's own form after it).
 TLC names the action of each step but not its arguments, so each action's
 line is worked out from what the step changed (the request whose waiters
 grew is the one that looked up, the outcome that left the result queue is

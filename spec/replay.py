@@ -30,15 +30,13 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from kvprobe.spec import model
+from kvprobe.spec.actions import WORKER_EVENTS
+from kvprobe.spec.lifecycle import Event
 from kvprobe.spec.model import Group, ModelError, State
 
 __all__ = ["ReplayReport", "TraceChecker", "TraceDivergence", "check_trace", "main", "replay"]
 
 WORKER_DIED = "worker_died"
-#: Trace events of the worker (kvprobe.statemachine.trace.WORKER_ACTIONS).
-WORKER_EVENTS = frozenset(
-    {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive"}
-)
 
 
 class TraceDivergence(AssertionError):
@@ -112,20 +110,24 @@ class TraceChecker:
             # replay infers the worker's steps from the outcomes drained.
             return
         try:
-            if action == "Lookup":
+            kind = Event(action)
+        except ValueError:
+            raise self.fail(event, f"unknown action {action!r}") from None
+        try:
+            if kind is Event.LOOKUP:
                 self.lookup(event)
-            elif action == "Flush":
+            elif kind is Event.FLUSH:
                 self.flush(event)
-            elif action == "Drain":
+            elif kind is Event.DRAIN:
                 self.drain(event)
-            elif action == "Cleanup":
+            elif kind is Event.CLEANUP:
                 self.s = model.cleanup(self.s, _str(event, "req"))
-            elif action == "MarkMiss":
+            elif kind is Event.MARK_MISS:
                 self.s = model.mark_miss(self.s, [_key(k) for k in _list(event, "keys")])
-            elif action == "Shutdown":
+            elif kind is Event.SHUTDOWN:
                 self.s = model.shutdown(self.s)
-            else:
-                raise self.fail(event, f"unknown action {action!r}")
+            else:  # an event added to the lifecycle without a replay here
+                raise self.fail(event, f"the replay has no step for {action!r}")
         except ModelError as exc:
             raise self.fail(event, f"the model has no such step: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:

@@ -64,6 +64,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
+from kvprobe.spec.actions import WORKER_EVENTS
+from kvprobe.spec.lifecycle import Event
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.types import (
     Batch,
@@ -91,10 +93,9 @@ __all__ = [
 
 TraceSink = Callable[[dict[str, object]], None]
 
-#: The worker's actions (tla/KVProbe.tla), as trace event names.
-WORKER_ACTIONS = frozenset(
-    {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive"}
-)
+#: The trace events the worker side records (kvprobe.spec.actions.WORKER_EVENTS:
+#: the worker's actions of tla/KVProbe.tla, and Revive).
+WORKER_ACTIONS = frozenset(WORKER_EVENTS)
 
 
 class TraceRecorder:
@@ -198,13 +199,13 @@ class TracingCore(LookupCore):
         self._failing_open = False
         self._marker_drained = False
 
-    def _emit(self, action: str, touched: Iterable[Key] = (), size: int | None = None, **fields: object) -> None:
+    def _emit(self, action: Event, touched: Iterable[Key] = (), size: int | None = None, **fields: object) -> None:
         recorder = self._recorder
         failed, recorder.worker_error = recorder.worker_error, None
         if failed is not None:
             raise failed
         event: dict[str, object] = {
-            "action": action,
+            "action": action.value,
             **fields,
             "size": len(self.states) if size is None else size,
             "after": [self._snapshot(key) for key in dict.fromkeys(touched)],
@@ -234,7 +235,7 @@ class TracingCore(LookupCore):
             verdict = super().lookup(key, req_context)
             phase = self.phase(key)
             self._emit(
-                "Lookup",
+                Event.LOOKUP,
                 (key,),
                 key=key.hex(),
                 req=req_context.req_id,
@@ -267,7 +268,7 @@ class TracingCore(LookupCore):
                     size += 1
                 phase = state.phase
                 self._emit(
-                    "Lookup",
+                    Event.LOOKUP,
                     (key,),
                     size=size,
                     key=key.hex(),
@@ -294,7 +295,7 @@ class TracingCore(LookupCore):
                     for g in batch.groups
                 ]
             )
-            self._emit("Flush", touched, groups=groups)
+            self._emit(Event.FLUSH, touched, groups=groups)
             return batch
 
     def apply(self, outcome: GroupOutcome) -> None:
@@ -309,7 +310,7 @@ class TracingCore(LookupCore):
             if self._failing_open:
                 return  # part of the dead worker's one Drain event
             self._emit(
-                "Drain",
+                Event.DRAIN,
                 group.keys,
                 group=group.group_id,
                 keys=[k.hex() for k in group.keys],
@@ -344,7 +345,7 @@ class TracingCore(LookupCore):
             finally:
                 self._failing_open = False
             self._emit(
-                "Drain",
+                Event.DRAIN,
                 touched,
                 group=0,
                 keys=[],
@@ -360,19 +361,19 @@ class TracingCore(LookupCore):
             request = self.requests.get(req_id)
             touched = [] if request is None else [state.key for state in request.states]
             super().cleanup(req_id)
-            self._emit("Cleanup", touched, req=req_id)
+            self._emit(Event.CLEANUP, touched, req=req_id)
 
     def mark_miss(self, keys: Iterable[Key]) -> None:
         with self._recorder.lock:
             keys = list(keys) if not isinstance(keys, (bytes, bytearray, memoryview, str)) else keys
             super().mark_miss(keys)
-            self._emit("MarkMiss", keys, keys=[k.hex() for k in keys])
+            self._emit(Event.MARK_MISS, keys, keys=[k.hex() for k in keys])
 
     def shutdown(self, message: str = "the lookup manager was shut down") -> None:
         with self._recorder.lock:
             touched = list(self.states)
             super().shutdown(message)
-            self._emit("Shutdown", touched)
+            self._emit(Event.SHUTDOWN, touched)
 
 
 def tracing(core_class: type[LookupCore]) -> Callable[[TraceSink], LookupCore]:

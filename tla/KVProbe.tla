@@ -20,16 +20,21 @@
 (* worker may still finish the calls it had started and publish them:     *)
 (* nothing it publishes is applied any more.                               *)
 (*                                                                         *)
-(* Phase and action names are those of kvprobe.spec.lifecycle (Event      *)
-(* values); the lifecycle table there is NOT restated here: the actions   *)
-(* below say what the manager does, and tests/tla compares the phase      *)
-(* transitions TLC explores with that table.                               *)
+(* Phase names are those of kvprobe.spec.lifecycle, action names those of  *)
+(* kvprobe.spec.actions (tests/tla/test_actions.py checks that Next's      *)
+(* actions are the ones declared there); the lifecycle table is NOT        *)
+(* restated here: the actions below say what the manager does, and         *)
+(* tests/tla compares the phase transitions TLC explores with that table.  *)
 (*                                                                         *)
-(* History variables are written by the actions from what happened (what  *)
+(* History variables are written by the actions from what happened (what   *)
 (* was submitted in which phase, what the worker answered, which           *)
 (* generation's outcome changed a state) and read only by the invariants.  *)
 (*                                                                         *)
-(* Mutant names one of the defects of docs/properties.md, or "none".       *)
+(* This module states the intended system only.  The defects the checks    *)
+(* must catch (docs/properties.md) live in KVProbeMutants.tla: each one    *)
+(* replaces a small named part of an action below (a guard, a set, one of  *)
+(* Drain's Outcome operators) through TLC's operator override in the       *)
+(* config; kvprobe/tlc_mutants.py says which part each one replaces.       *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences
 
@@ -38,22 +43,8 @@ CONSTANTS
     Reqs,      \* request ids
     MaxGen,    \* generations 1..MaxGen may be created (bounds new probes)
     MaxStuck,  \* the worker saturates while this many calls are stuck (0: no timeout)
-    MaxDeaths, \* the worker dies at most this often (a bound of the model)
-    Mutant     \* "none" or a mutant name
+    MaxDeaths  \* the worker dies at most this often (a bound of the model)
 
-\* The named mutants of the field, then the spec-level mutants written to
-\* measure the invariants' power (docs/properties.md says what each changes).
-NamedMutants == {"flush-submits-cleaned", "cleanup-drops-in-flight",
-                 "stale-result-applied", "double-result", "worker-error-drops-batch",
-                 "orphan-never-reclaimed", "mark-miss-in-flight-unguarded"}
-SpecMutants == {"fail-resolves-hit", "verdict-from-other-key", "flush-ignores-gen",
-                "flush-submits-forced", "lookup-rejoins-batch", "lookup-skips-drain",
-                "stale-reclaims-newer", "flush-while-dead", "death-forgets-open",
-                "lookup-after-shutdown", "cleanup-keeps-reverse-index",
-                "saturate-publishes-nothing"}
-Mutants == {"none"} \cup NamedMutants \cup SpecMutants
-
-ASSUME Mutant \in Mutants
 ASSUME MaxGen \in Nat /\ MaxStuck \in Nat /\ MaxDeaths \in Nat
 
 Gens == 1..MaxGen
@@ -175,30 +166,38 @@ Init ==
 (* Scheduler actions *)
 
 \* Every published outcome has been applied: Lookup and Flush drain first.
-Drained == resq = <<>> \/ Mutant = "lookup-skips-drain"
+Drained == resq = <<>>
+
+\* A lookup is served while the manager runs (after Shutdown every call
+\* raises), once every published outcome is applied (it drains first).
+LookupReady == ~down /\ Drained
+
+\* A new probe: the state gets the next generation and joins this step's batch.
+LookupNew(k, r) ==
+    /\ phase[k] = ABSENT
+    /\ nextGen \in Gens
+    /\ phase' = [phase EXCEPT ![k] = PENDING]
+    /\ gen' = [gen EXCEPT ![k] = nextGen]
+    /\ waiters' = [waiters EXCEPT ![k] = {r}]
+    /\ batch' = batch \cup {<<k, nextGen, r>>}
+    /\ nextGen' = nextGen + 1
+    /\ out' = [key |-> k, req |-> r, ans |-> "none"]
+
+\* Joining the key's state: the request waits on it too (no second batch
+\* entry, no second probe); the answer is its verdict.
+LookupJoin(k, r) ==
+    /\ phase[k] # ABSENT
+    /\ waiters' = [waiters EXCEPT ![k] = @ \cup {r}]
+    /\ out' = [key |-> k, req |-> r, ans |-> verdict[k]]
+    /\ UNCHANGED <<phase, gen, nextGen, batch>>
 
 \* Request r asks for key k (a request already waiting on k changes nothing:
-\* the model leaves that repeated call out).  A new state gets the next
-\* generation and joins this step's batch.  The answer (out) is the verdict
-\* of a RESOLVED state, else none ("ask again").
+\* the model leaves that repeated call out).  The answer (out) is the
+\* verdict of a RESOLVED state, else none ("ask again").
 Lookup(k, r) ==
-    /\ ~down \/ Mutant = "lookup-after-shutdown"
-    /\ Drained
+    /\ LookupReady
     /\ r \notin waiters[k]
-    /\ \/ /\ phase[k] = ABSENT
-          /\ nextGen \in Gens
-          /\ phase' = [phase EXCEPT ![k] = PENDING]
-          /\ gen' = [gen EXCEPT ![k] = nextGen]
-          /\ waiters' = [waiters EXCEPT ![k] = {r}]
-          /\ batch' = batch \cup {<<k, nextGen, r>>}
-          /\ nextGen' = nextGen + 1
-          /\ out' = [key |-> k, req |-> r, ans |-> "none"]
-       \/ /\ phase[k] # ABSENT
-          /\ waiters' = [waiters EXCEPT ![k] = @ \cup {r}]
-          /\ out' = [key |-> k, req |-> r, ans |-> verdict[k]]
-          /\ batch' = IF Mutant = "lookup-rejoins-batch" /\ phase[k] = PENDING
-                      THEN batch \cup {<<k, gen[k], r>>} ELSE batch
-          /\ UNCHANGED <<phase, gen, nextGen>>
+    /\ LookupNew(k, r) \/ LookupJoin(k, r)
     /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
     /\ UNCHANGED <<verdict, open, down, worker, history>>
 
@@ -207,11 +206,13 @@ Lookup(k, r) ==
 \* grouped under the request that asked for it if that one still waits,
 \* else under any request that waits (the code picks the least id).  A dead
 \* worker is revived first (Revive), so Flush needs the worker up.
-FlushSubmits(e) ==
-    LET k == e[1] IN
-    CASE Mutant = "flush-submits-forced" -> gen[k] = e[2]
-      [] Mutant = "flush-ignores-gen" -> phase[k] = PENDING
-      [] OTHER -> phase[k] = PENDING /\ gen[k] = e[2]
+FlushSubmits(e) == phase[e[1]] = PENDING /\ gen[e[1]] = e[2]
+
+\* The entries of this step's batch that Flush submits.
+FlushEntries == {e \in batch : FlushSubmits(e)}
+
+\* A batch goes to a live worker only (a dead one is revived first).
+CanSubmit == wstate = UP
 
 \* The phase of e's own probe (e = <<key, gen, req>>): its state's phase, or
 \* ABSENT if the key's state is another generation's (or none).
@@ -225,11 +226,10 @@ FlushOwners(entries) == [entries -> Reqs]
 Flush ==
     /\ ~down
     /\ Drained
-    /\ wstate = UP \/ Mutant = "flush-while-dead"
+    /\ CanSubmit
     /\ batch # {}
-    /\ LET entries == IF Mutant = "flush-submits-cleaned"
-                      THEN batch  \* also entries reclaimed or replaced since
-                      ELSE {e \in batch : FlushSubmits(e)}
+    /\ LET entries == FlushEntries
+           \* the keys whose PENDING state goes IN_FLIGHT
            moved == {e[1] : e \in {x \in entries : FlushSubmits(x)}}
            gens == {e[2] : e \in entries}
        IN \E owner \in FlushOwners(entries) :
@@ -250,12 +250,38 @@ Flush ==
                             IF g \in gens
                             THEN ProbePhaseOf(CHOOSE e \in entries : e[2] = g)
                             ELSE sentIn[g]]
-    /\ batch' = IF Mutant = "flush-keeps-batch" THEN batch ELSE {}
+    /\ batch' = {}
     /\ out' = NoOut
     /\ UNCHANGED <<gen, waiters, verdict, requests, nextGen, down,
                    wstate, taken, stuck, resq, forced, told, applied, stale, moot, deaths>>
 
-\* Apply the oldest published outcome.
+\* Drain's parts, for an outcome o at the head of the result queue.
+\* The probes o concerns: its group's, or for the death marker (which fails
+\* every open group) every open group's.
+OutcomeProbes(o) == IF o.kind = "died" THEN UNION {G.probes : G \in open} ELSE o.grp.probes
+ProbesOf(o, k) == {p \in OutcomeProbes(o) : p[1] = k}
+
+\* o is for the state of key k: one of its probes has the state's generation.
+OutcomeMatches(o, k) == Live(k) /\ <<k, gen[k]>> \in OutcomeProbes(o)
+
+\* The probe of o whose answer the state of key k gets.
+OutcomeProbe(o, k) == <<k, gen[k]>>
+
+\* The verdict o gives key k: the backend's answer; MISS for a failure,
+\* timeout, saturation or the worker's death.
+OutcomeAnswer(o, k) == IF o.kind = "ok" THEN o.ans[OutcomeProbe(o, k)] ELSE "miss"
+
+\* o resolves the state of k: it is IN_FLIGHT and some request waits on it.
+OutcomeResolves(o, k) == OutcomeMatches(o, k) /\ phase[k] = IN_FLIGHT /\ waiters[k] # {}
+
+\* o reclaims the state of k: it is IN_FLIGHT and nobody waits on it (an orphan).
+OutcomeReclaims(o, k) == OutcomeMatches(o, k) /\ phase[k] = IN_FLIGHT /\ waiters[k] = {}
+
+\* History: the generation of the probe of o whose outcome changed key k.
+OutcomeSource(o, k) ==
+    IF OutcomeMatches(o, k) THEN OutcomeProbe(o, k)[2] ELSE (CHOOSE p \in ProbesOf(o, k) : TRUE)[2]
+
+\* Apply the oldest published outcome o.
 \* - The death marker: every open group fails (WORKER_DIED): each of its
 \*   probes still IN_FLIGHT resolves as MISS (or is reclaimed if nobody
 \*   waits on it).
@@ -269,51 +295,23 @@ Drain ==
     /\ ~down
     /\ resq # <<>>
     /\ LET o == Head(resq)
-           died == o.kind = "died"
-           \* the probes this outcome concerns
-           probes == IF died
-                     THEN IF Mutant = "death-forgets-open" THEN {}
-                          ELSE UNION {G.probes : G \in open}
-                     ELSE o.grp.probes
-           ProbesOf(k) == {p \in probes : p[1] = k}
-           Match(k) ==
-               /\ Live(k)
-               /\ IF Mutant = "stale-result-applied"
-                  THEN ProbesOf(k) # {}        \* generations not compared
-                  ELSE <<k, gen[k]>> \in probes
-           \* the probe whose answer is used for k
-           P(k) == IF Mutant = "stale-result-applied" THEN CHOOSE p \in ProbesOf(k) : TRUE
-                   ELSE <<k, gen[k]>>
-           Answer(k) ==
-               IF died THEN "miss"
-               ELSE IF o.kind # "ok" THEN (IF Mutant = "fail-resolves-hit" THEN "hit" ELSE "miss")
-               ELSE IF Mutant = "verdict-from-other-key" THEN o.ans[CHOOSE p \in probes : TRUE]
-               ELSE o.ans[P(k)]
-           Applies(k) ==  \* the outcome sets the verdict
-               /\ Match(k)
-               /\ \/ phase[k] = IN_FLIGHT /\ waiters[k] # {}
-                  \/ phase[k] = IN_FLIGHT /\ Mutant = "orphan-never-reclaimed"
-                  \/ phase[k] = RESOLVED /\ Mutant = "double-result"
-           Orphan(k) ==   \* the outcome reclaims a state nobody waits on
-               /\ \/ Match(k)
-                  \/ Mutant = "stale-reclaims-newer" /\ Live(k) /\ ProbesOf(k) # {}
-               /\ phase[k] = IN_FLIGHT /\ waiters[k] = {}
-               /\ Mutant # "orphan-never-reclaimed"
-           Changed(k) == Applies(k) \/ Orphan(k)
-           \* the generation of the probe whose outcome changed k
-           Source(k) == IF Match(k) THEN P(k)[2] ELSE (CHOOSE p \in ProbesOf(k) : TRUE)[2]
-       IN /\ phase' = [k \in Keys |-> IF Orphan(k) THEN ABSENT
-                                      ELSE IF Applies(k) THEN RESOLVED ELSE phase[k]]
-          /\ gen' = [k \in Keys |-> IF Orphan(k) THEN NoGen ELSE gen[k]]
-          /\ verdict' = [k \in Keys |-> IF Orphan(k) THEN "none"
-                                        ELSE IF Applies(k) THEN Answer(k) ELSE verdict[k]]
-          /\ forced' = [k \in Keys |-> IF Orphan(k) THEN FALSE ELSE forced[k]]
-          /\ applied' = [g \in Gens |-> applied[g] + Cardinality({k \in Keys : Changed(k) /\ Source(k) = g})]
-          /\ stale' = (stale \/ \E k \in Keys : Changed(k) /\ Source(k) # gen[k])
-          /\ open' = IF died THEN {} ELSE open \ {o.grp}
+           Resolves(k) == OutcomeResolves(o, k)
+           Reclaims(k) == OutcomeReclaims(o, k)
+           Changed(k) == Resolves(k) \/ Reclaims(k)
+       IN /\ phase' = [k \in Keys |-> IF Reclaims(k) THEN ABSENT
+                                      ELSE IF Resolves(k) THEN RESOLVED ELSE phase[k]]
+          /\ gen' = [k \in Keys |-> IF Reclaims(k) THEN NoGen ELSE gen[k]]
+          /\ verdict' = [k \in Keys |-> IF Reclaims(k) THEN "none"
+                                        ELSE IF Resolves(k) THEN OutcomeAnswer(o, k) ELSE verdict[k]]
+          /\ forced' = [k \in Keys |-> IF Reclaims(k) THEN FALSE ELSE forced[k]]
+          /\ applied' = [g \in Gens |->
+                           applied[g] + Cardinality({k \in Keys : Changed(k) /\ OutcomeSource(o, k) = g})]
+          /\ stale' = (stale \/ \E k \in Keys : Changed(k) /\ OutcomeSource(o, k) # gen[k])
+          /\ open' = IF o.kind = "died" THEN {} ELSE open \ {o.grp}
           \* the scheduler's own verdict for the probes of a dead worker
           \* (their groups were lost: nothing was published for them)
-          /\ told' = IF died THEN [p \in Probe |-> IF p \in probes THEN "miss" ELSE told[p]]
+          /\ told' = IF o.kind = "died"
+                     THEN [p \in Probe |-> IF p \in OutcomeProbes(o) THEN "miss" ELSE told[p]]
                      ELSE told
     /\ resq' = Tail(resq)
     /\ out' = NoOut
@@ -333,49 +331,52 @@ Revive ==
     /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
                    stuck, resq, history>>
 
-\* Request r finished: it stops waiting on every key.  A PENDING or RESOLVED
-\* state nobody waits on any more is reclaimed; an IN_FLIGHT one is kept so
-\* that a new request can join the probe.
+\* The phases whose state Cleanup reclaims once nobody waits on it: an
+\* IN_FLIGHT state is kept, so that a new request can join the probe.
+CleanupReclaims == {PENDING, RESOLVED}
+
+\* The reverse index once request r finished: r holds no key any more.
+RequestsAfterCleanup(r) == [requests EXCEPT ![r] = {}]
+
+\* Request r finished: it stops waiting on every key, and a state nobody
+\* waits on any more is reclaimed if its phase is one of CleanupReclaims.
 Cleanup(r) ==
     /\ ~down
     /\ requests[r] # {}
     /\ LET ks == requests[r]
            Left(k) == waiters[k] \ {r}
-           Gone(k) ==
-               /\ k \in ks
-               /\ Left(k) = {}
-               /\ \/ phase[k] \in {PENDING, RESOLVED}
-                  \/ phase[k] = IN_FLIGHT /\ Mutant = "cleanup-drops-in-flight"
+           Gone(k) == k \in ks /\ Left(k) = {} /\ phase[k] \in CleanupReclaims
        IN /\ phase' = [k \in Keys |-> IF Gone(k) THEN ABSENT ELSE phase[k]]
           /\ gen' = [k \in Keys |-> IF Gone(k) THEN NoGen ELSE gen[k]]
           /\ waiters' = [k \in Keys |-> IF k \in ks THEN Left(k) ELSE waiters[k]]
           /\ verdict' = [k \in Keys |-> IF Gone(k) THEN "none" ELSE verdict[k]]
           /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE forced[k]]
-    /\ requests' = IF Mutant = "cleanup-keeps-reverse-index" THEN requests
-                   ELSE [requests EXCEPT ![r] = {}]
+    /\ requests' = RequestsAfterCleanup(r)
     /\ out' = NoOut
     /\ UNCHANGED <<batch, nextGen, open, down, worker,
                    told, sent, sentIn, applied, stale, moot, deaths>>
 
+\* The phase a forced MISS leaves a live state of key k in: RESOLVED, or
+\* reclaimed (ABSENT) if it is IN_FLIGHT and nobody waits on it.
+ForcedPhase(k) == IF phase[k] = IN_FLIGHT /\ waiters[k] = {} THEN ABSENT ELSE RESOLVED
+
 \* Loading the keys ks from the tier failed: force MISS.  A PENDING state is
-\* never submitted; an IN_FLIGHT state's late result will be dropped, and if
-\* nobody waits on it, it is reclaimed.  Keys without a state are ignored.
+\* never submitted; an IN_FLIGHT state's late result will be dropped (its
+\* generation is moot), and if nobody waits on it, it is reclaimed.  Keys
+\* without a state are ignored.
 MarkMiss(ks) ==
     /\ ~down
     /\ ks # {}
     /\ \A k \in ks : Live(k)
-    /\ LET Gone(k) == k \in ks /\ phase[k] = IN_FLIGHT /\ waiters[k] = {}
-                      /\ Mutant # "mark-miss-in-flight-unguarded"
+    /\ LET Gone(k) == k \in ks /\ ForcedPhase(k) = ABSENT
            Hit(k) == k \in ks /\ ~Gone(k)
-           Unguarded(k) == Hit(k) /\ phase[k] = IN_FLIGHT /\ Mutant = "mark-miss-in-flight-unguarded"
-       IN /\ phase' = [k \in Keys |-> IF Gone(k) THEN ABSENT
-                                      ELSE IF Hit(k) /\ ~Unguarded(k) THEN RESOLVED
-                                      ELSE phase[k]]
+       IN /\ phase' = [k \in Keys |-> IF k \in ks THEN ForcedPhase(k) ELSE phase[k]]
           /\ gen' = [k \in Keys |-> IF Gone(k) THEN NoGen ELSE gen[k]]
           /\ waiters' = [k \in Keys |-> IF Gone(k) THEN {} ELSE waiters[k]]
           /\ verdict' = [k \in Keys |-> IF Gone(k) THEN "none" ELSE IF Hit(k) THEN "miss" ELSE verdict[k]]
           /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE IF Hit(k) THEN TRUE ELSE forced[k]]
-          /\ moot' = moot \cup {gen[k] : k \in {x \in ks : phase[x] = IN_FLIGHT /\ ~Unguarded(x)}}
+          \* history: the in-flight probes this MarkMiss took out of flight
+          /\ moot' = moot \cup {gen[k] : k \in {x \in ks : phase[x] = IN_FLIGHT /\ phase'[x] # IN_FLIGHT}}
     /\ out' = NoOut
     /\ UNCHANGED <<requests, batch, nextGen, open, down, worker,
                    told, sent, sentIn, applied, stale, deaths>>
@@ -433,12 +434,7 @@ CompleteGroupOf(G, ans) ==
 
 \* The backend call failed (raised, short or long result, bad verdict).
 FailGroupOf(G) ==
-    /\ IF Mutant = "worker-error-drops-batch"
-       THEN /\ wstate # DEAD /\ G \in taken   \* nothing published: the probes stay IN_FLIGHT
-            /\ out' = NoOut
-            /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
-                           wstate, subq, resq, history>>
-       ELSE Publish(G, "fail", AllMiss(G))
+    /\ Publish(G, "fail", AllMiss(G))
     /\ taken' = taken \ {G}
     /\ UNCHANGED stuck
 
@@ -452,19 +448,14 @@ TimeOutOf(G) ==
     /\ MaxStuck > 0
     /\ Publish(G, "timeout", AllMiss(G))
     /\ taken' = taken \ {G}
-    /\ stuck' = IF Mutant = "timeout-frees-call" THEN stuck ELSE stuck \cup {G}
+    /\ stuck' = stuck \cup {G}
 
 \* MaxStuck calls are stuck: the group is answered SATURATED at once, no call.
 \* MaxStuck = 0 is a manager without a timeout: no call is stuck, none saturates.
 SaturateOf(G) ==
     /\ MaxStuck > 0
     /\ Cardinality(stuck) >= MaxStuck
-    /\ IF Mutant = "saturate-publishes-nothing"
-       THEN /\ wstate # DEAD /\ G \in taken
-            /\ out' = NoOut
-            /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
-                           wstate, subq, resq, history>>
-       ELSE Publish(G, "saturated", AllMiss(G))
+    /\ Publish(G, "saturated", AllMiss(G))
     /\ taken' = taken \ {G}
     /\ UNCHANGED stuck
 

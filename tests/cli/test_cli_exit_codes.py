@@ -124,15 +124,13 @@ def test_conform_without_hypothesis_says_which_extra(tmp_path: Path) -> None:
     assert _one_line_error(ran) == "kvprobe conform needs Hypothesis: pip install 'kvprobe[conform]'"
 
 
-def test_check_mutant_on_a_config_without_one_is_a_usage_error(tmp_path: Path) -> None:
-    tla = tmp_path / "tla"
-    shutil.copytree(ROOT / "tla", tla)
-    (tla / "plain.cfg").write_text("CONSTANTS\n    Keys = {k1}\nSPECIFICATION Spec\n")
-    env = {**ENV, "KVPROBE_TLA_DIR": str(tla)}
-    cmd = [sys.executable, "-m", "kvprobe.cli", "check", "--config", "plain", "--mutant", "double-result"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+def test_check_mutant_with_a_trace_is_a_usage_error(tmp_path: Path) -> None:
+    # A recorded trace is checked against the correct model: a mutant cannot apply.
+    trace = tmp_path / "run.ndjson"
+    trace.write_text('{"seq": 0, "action": "Shutdown", "size": 0, "after": [], "open": []}\n')
+    proc = kvprobe("check", "--trace", str(trace), "--mutant", "double-result")
     assert proc.returncode == 2
-    assert "sets no Mutant constant" in _one_line_error(proc)
+    assert "--mutant does not apply to --trace" in _one_line_error(proc)
 
 
 def test_conform_factory_that_raises_is_a_usage_error(tmp_path: Path) -> None:

@@ -66,15 +66,19 @@ def _java() -> bool:
 
 
 @pytest.mark.skipif(not _java(), reason="TLC needs Java")
-def test_check_prints_the_account_after_tlc_and_raw_leaves_it_out(tmp_path: Path) -> None:
+def test_check_prints_the_account_first_and_tlc_only_with_raw(tmp_path: Path) -> None:
+    # Output to a pipe, as in CI: the plain words come first, TLC's own form only with --raw.
     cmd = [sys.executable, "-m", "kvprobe.cli", "check", "--mutant", "double-result"]
     plain = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert plain.returncode == 10, plain.stderr
-    assert plain.stdout.index("Counterexample (") < plain.stdout.index("In plain words:")
+    assert plain.stdout.startswith("In plain words:\n  [1] Init: the start\n")
     assert "What went wrong (ForcedMissSticks): after MarkMiss on k1 its verdict became hit" in plain.stdout
+    assert "Counterexample (" not in plain.stdout
     raw = subprocess.run([*cmd, "--raw"], capture_output=True, text=True, timeout=300)
     assert raw.returncode == 10
-    assert "In plain words" not in raw.stdout and "Counterexample (" in raw.stdout
+    assert raw.stdout.startswith("In plain words:\n")
+    assert raw.stdout.index("What went wrong") < raw.stdout.index("Counterexample (") < raw.stdout.index("VIOLATED")
+    assert re.search(r"^  1\. Init$", raw.stdout, re.MULTILINE)
 
 
 def test_a_liveness_lasso_says_which_probe_is_never_reclaimed() -> None:

@@ -19,11 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kvprobe.spec.actions import CORE_EVENTS, TERMINATED, WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event, LookupPhase, Phase, Rule
 
-SCHEDULER_ACTIONS = {event.value for event in Event}
-#: Steps that never move a phase: the worker's, and the scheduler's Revive.
-WORKER_ACTIONS = {"TakeBatch", "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Revive"}
 _PER_KEY = ("phase", "gen", "waiters", "verdict", "forced")
 
 Transition = tuple[Phase, Event, bool, Phase]
@@ -78,15 +76,15 @@ def observed_transitions(states: Mapping[str, State], edges: Iterable[tuple[str,
     for src_id, action, dst_id in edges:
         count += 1
         source, dest = states[src_id], states[dst_id]
-        if action == "Terminated":  # the intended final stutter after Shutdown
+        if action == TERMINATED:  # the intended final stutter after Shutdown
             if src_id != dst_id or source["down"] is not True:
                 worker_moves.append((src_id, action, dst_id))
             continue
-        if action in WORKER_ACTIONS:
+        if action in WORKER_EVENTS:  # the worker's steps and Revive never move a phase
             if source["phase"] != dest["phase"]:
                 worker_moves.append((src_id, action, dst_id))
             continue
-        if action not in SCHEDULER_ACTIONS:
+        if action not in CORE_EVENTS:
             raise KeyError(f"edge {src_id} -> {dst_id} has unknown action {action!r}")
         event = Event(action)
         for key in concerned_keys(action, source, dest):

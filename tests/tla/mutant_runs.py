@@ -3,21 +3,58 @@
 A module of its own (not conftest.py): ``from conftest import`` finds
 whichever conftest pytest imported last, which depends on the order of the
 command line's paths.
+
+TLC is deterministic for the same model, config and arguments (breadth
+first, one worker), so a run is made once per session and its result shared:
+:func:`default_mutant_run` for the tests that read a result, and
+:func:`shared_tlc_runs` for the tests that go through ``kvprobe check``
+(which then gets the very result TLC gave for the config it wrote, or runs
+TLC if no test asked for that config before).
 """
 
 from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import pytest
+
+from kvprobe import check_report
 from kvprobe.tlc import TlcResult, run_tlc, tla_dir
+from kvprobe.tlc_mutants import mutant_config, root_module
+
+_FOLDER = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
 
 
 @functools.cache
+def _cached_run(spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...]) -> TlcResult:
+    """One TLC run per (model, config text, workers, arguments) per session."""
+    cfg = _FOLDER / f"run-{abs(hash((spec, cfg_text, workers, extra_args)))}.cfg"
+    cfg.write_text(cfg_text)
+    return run_tlc(spec, cfg, workers=workers, extra_args=extra_args)
+
+
 def default_mutant_run(mutant: str) -> TlcResult:
-    """TLC on tla/default.cfg with ``Mutant`` set (one run per mutant per session, shared by tests)."""
-    folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
-    cfg = folder / "mutant.cfg"
-    cfg.write_text((tla_dir() / "default.cfg").read_text().replace('Mutant = "none"', f'Mutant = "{mutant}"'))
-    return run_tlc(tla_dir() / "MC.tla", cfg)
+    """TLC on tla/default.cfg with ``mutant``'s overrides (one run per mutant per session, shared by tests)."""
+    cfg_text = mutant_config((tla_dir() / "default.cfg").read_text(), mutant)
+    return _cached_run(tla_dir() / root_module(mutant), cfg_text, 1, ())
+
+
+def _shared_run_tlc(
+    spec: Path,
+    config: Path,
+    *,
+    workers: int = 1,
+    extra_args: Sequence[str] = (),
+    extra_files: Mapping[str, str] | None = None,
+) -> TlcResult:
+    assert extra_files is None, "runs with extra files are not shared"
+    return _cached_run(spec, config.read_text(), workers, tuple(extra_args))
+
+
+@pytest.fixture
+def shared_tlc_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kvprobe check --quiet`` runs TLC through the session's shared runs."""
+    monkeypatch.setattr(check_report, "run_tlc", _shared_run_tlc)

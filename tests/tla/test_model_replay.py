@@ -33,6 +33,7 @@ from model_replay import (
 )
 from mutant_runs import default_mutant_run
 
+from kvprobe.spec import actions as spec_actions
 from kvprobe.spec import model
 from kvprobe.tlc import parse_value
 
@@ -42,10 +43,7 @@ Graph = tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]
 DEEP_TIMEOUT = 1200
 
 #: Every action of KVProbe's Next; each must be replayed at least once.
-ACTIONS = {
-    "Lookup", "Flush", "Drain", "Revive", "Cleanup", "MarkMiss", "Shutdown", "TakeBatch",
-    "CompleteGroup", "FailGroup", "TimeOut", "Saturate", "LateAnswer", "Die", "Terminated",
-}  # fmt: skip
+ACTIONS = set(spec_actions.ACTIONS)
 
 
 _PREPARED: dict[int, tuple[dict[str, View], dict[str, model.State]]] = {}

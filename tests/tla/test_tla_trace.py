@@ -8,6 +8,10 @@ it (tla/Trace.tla).  A corrupted trace must be rejected.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -183,3 +187,25 @@ def test_a_sink_failing_on_a_worker_thread_is_raised_on_the_scheduler() -> None:
         assert m.lookup(K1, R1) is True  # the outcome was applied; the worker goes on
     finally:
         m.shutdown()
+
+
+README = Path(__file__).resolve().parents[2] / "tla" / "README.md"
+
+
+def test_the_readmes_recording_steps_give_an_accepted_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tla/README.md "Recording a trace": its script, run as written, then `kvprobe check --trace run.ndjson`.
+    section = README.read_text().split("## Recording a trace", 1)[1]
+    script = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    commands = re.search(r"```\n(python record_trace\.py\n.*?)```", section, re.DOTALL)
+    assert script is not None and commands is not None
+    (tmp_path / "record_trace.py").write_text(script.group(1))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(README.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "record_trace.py"], cwd=tmp_path, check=True, env=env, timeout=120)
+    check_line = commands.group(1).splitlines()[1].split("#")[0].split()
+    assert check_line == ["kvprobe", "check", "--trace", "run.ndjson"]
+    monkeypatch.chdir(tmp_path)
+    assert main(["--quiet", *check_line[2:]]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert re.search(r"ACCEPTED, all \d+ events", out), out

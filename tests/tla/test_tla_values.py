@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvprobe.check import format_trace
-from kvprobe.tlc import ModelValue, _read_result, coverage_line, parse_messages, parse_state, parse_steps, parse_value
+from kvprobe.tlc import ModelValue, coverage_line, parse_messages, parse_state, parse_steps, parse_value, read_result
 
 
 def test_values() -> None:
@@ -81,7 +81,7 @@ COVERAGE_OUTPUT = """@!@!@STARTMSG 2773:0 @!@!@
 
 
 def test_coverage_is_read_per_action_and_summarised() -> None:
-    result = _read_result(list(parse_messages(COVERAGE_OUTPUT.splitlines(keepends=True))), 0, 1.0)
+    result = read_result(list(parse_messages(COVERAGE_OUTPUT.splitlines(keepends=True))), 0, 1.0)
     assert result.coverage == {"Init": (1, 1), "Lookup": (7, 9), "Drain": (3, 30), "Saturate": (0, 0)}
     assert coverage_line(result) == "coverage: Drain 30, Lookup 9; never fired: Saturate"
-    assert coverage_line(_read_result([], 0, 1.0)) == "coverage: no action statistics"
+    assert coverage_line(read_result([], 0, 1.0)) == "coverage: no action statistics"

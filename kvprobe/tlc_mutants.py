@@ -1,0 +1,210 @@
+"""The TLA+ model's mutants, listed once, and how a TLC run selects one.
+
+``tla/KVProbe.tla`` states only the intended system.  Each mutant is a
+defective variant of a small part of one of its actions, defined in
+``tla/KVProbeMutants.tla`` and swapped in by TLC's operator override
+(``Part <- Variant`` in the config's CONSTANTS section): :data:`MUTANTS` says,
+for each, which parts it replaces with what, and a one-line summary.
+``kvprobe check --mutant NAME`` and ``--list`` read this table; so do the
+tests that make TLC catch every mutant.  docs/properties.md describes each
+one and the property that catches it.
+
+Two kinds: ``named`` mutants are the defects seen in the field (the
+property suite catches them too); ``spec`` mutants are one-line slips
+written to measure the power of the model's invariants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "KINDS",
+    "MUTANTS",
+    "MUTANTS_MODULE",
+    "MUTANT_NAMES",
+    "Mutant",
+    "UnknownMutant",
+    "find_mutant",
+    "mutant_config",
+    "root_module",
+]
+
+#: The module a mutant run checks: it extends MC and defines the variants.
+MUTANTS_MODULE = "KVProbeMutants.tla"
+#: The module the intended model's runs check.
+MODEL_MODULE = "MC.tla"
+
+#: Mutant kinds, in the order ``--list`` shows them, with their headings.
+KINDS: Mapping[str, str] = {
+    "named": "named mutants, the defects seen in the field",
+    "spec": "spec mutants, one-line slips that measure the invariants",
+}
+
+
+class UnknownMutant(ValueError):
+    """No mutant of that name (the message lists the names there are)."""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutant: its name, kind (a key of :data:`KINDS`), a one-line summary,
+    and the operators of KVProbe.tla it replaces (name -> the KVProbeMutants.tla
+    operator put in its place)."""
+
+    name: str
+    kind: str
+    summary: str
+    overrides: Mapping[str, str]
+
+
+def _named(name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "named", summary, overrides)
+
+
+def _spec(name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "spec", summary, overrides)
+
+
+#: Every mutant, named ones first (DESIGN's field defects), then the spec mutants.
+MUTANTS: tuple[Mutant, ...] = (
+    _named(
+        "flush-submits-cleaned",
+        "Flush submits entries whose state was reclaimed since the lookup",
+        FlushEntries="WholeBatch",
+    ),
+    _named(
+        "cleanup-drops-in-flight",
+        "Cleanup deletes an IN_FLIGHT state; the key is probed again",
+        CleanupReclaims="ReclaimsInFlight",
+    ),
+    _named(
+        "stale-result-applied",
+        "Drain applies a result without comparing generations",
+        OutcomeMatches="MatchesAnyGeneration",
+        OutcomeProbe="AnyProbeOfKey",
+    ),
+    _named(
+        "double-result",
+        "Drain applies a second result (a late answer) to a RESOLVED state",
+        OutcomeResolves="ResolvesAgain",
+    ),
+    _named(
+        "worker-error-drops-batch",
+        "a failed backend call publishes nothing; its probes stay IN_FLIGHT",
+        FailGroupOf="PublishesNothing",
+    ),
+    _named(
+        "orphan-never-reclaimed",
+        "a result for a state nobody waits on resolves it instead of reclaiming it",
+        OutcomeResolves="ResolvesOrphans",
+        OutcomeReclaims="ReclaimsNothing",
+    ),
+    _named(
+        "mark-miss-in-flight-unguarded",
+        "MarkMiss leaves an IN_FLIGHT state IN_FLIGHT: its result overrides the MISS",
+        ForcedPhase="LeavesInFlight",
+    ),
+    _spec(
+        "fail-resolves-hit",
+        "Drain resolves a failed, timed-out or saturated group's keys as HIT",
+        OutcomeAnswer="AnswerFailedAsHit",
+    ),
+    _spec(
+        "verdict-from-other-key",
+        "Drain gives each key the answer of one (any) key of the group",
+        OutcomeAnswer="AnswerOfAnyKey",
+    ),
+    _spec(
+        "flush-ignores-gen",
+        "Flush submits a PENDING key's entry without comparing its generation",
+        FlushSubmits="SubmitsAnyGeneration",
+    ),
+    _spec(
+        "flush-submits-forced",
+        "Flush submits an entry without checking it is still PENDING",
+        FlushSubmits="SubmitsAnyPhase",
+    ),
+    _spec(
+        "lookup-rejoins-batch",
+        "a request joining a PENDING probe adds a second batch entry",
+        LookupJoin="LookupJoinRejoinsBatch",
+    ),
+    _spec(
+        "lookup-skips-drain",
+        "Lookup answers without draining the published outcomes first",
+        Drained="NeverWaitsForDrain",
+    ),
+    _spec(
+        "stale-reclaims-newer",
+        "an outcome reclaims an orphan without comparing generations",
+        OutcomeReclaims="ReclaimsAnyGeneration",
+    ),
+    _spec(
+        "flush-while-dead",
+        "Flush submits to a dead worker instead of reviving it first",
+        CanSubmit="SubmitsToDeadWorker",
+    ),
+    _spec(
+        "death-forgets-open",
+        "the death marker's Drain forgets the open groups instead of failing them",
+        OutcomeProbes="ProbesForgettingOpen",
+    ),
+    _spec(
+        "lookup-after-shutdown",
+        "Lookup is not refused after Shutdown",
+        LookupReady="LookupReadyAfterShutdown",
+    ),
+    _spec(
+        "cleanup-keeps-reverse-index",
+        "Cleanup leaves the request's keys in the reverse index",
+        RequestsAfterCleanup="KeepsReverseIndex",
+    ),
+    _spec(
+        "saturate-publishes-nothing",
+        "Saturate takes the group but publishes nothing",
+        SaturateOf="SaturatesSilently",
+    ),
+)
+
+#: The mutant names by kind: ``{"named": (...), "spec": (...)}``.
+MUTANT_NAMES: Mapping[str, tuple[str, ...]] = {kind: tuple(m.name for m in MUTANTS if m.kind == kind) for kind in KINDS}
+
+
+def find_mutant(name: str) -> Mutant:
+    """The mutant called ``name``.
+
+    Raises:
+        UnknownMutant: there is none; the message lists every name.
+    """
+    for mutant in MUTANTS:
+        if mutant.name == name:
+            return mutant
+    raise UnknownMutant(f"unknown mutant {name!r}; choose from {', '.join(m.name for m in MUTANTS)}")
+
+
+def root_module(mutant: str | None) -> str:
+    """The module a run checks: :data:`MUTANTS_MODULE` for a mutant, else MC.tla.
+
+    Raises:
+        UnknownMutant: ``mutant`` names no mutant.
+    """
+    if mutant is None:
+        return MODEL_MODULE
+    find_mutant(mutant)
+    return MUTANTS_MODULE
+
+
+def mutant_config(cfg_text: str, mutant: str) -> str:
+    """A TLC config that checks ``mutant``: ``cfg_text`` plus its overrides.
+
+    Run it on :data:`MUTANTS_MODULE` (:func:`root_module`); on MC.tla TLC
+    would not find the replacement operators.
+
+    Raises:
+        UnknownMutant: ``mutant`` names no mutant.
+    """
+    overrides = find_mutant(mutant).overrides
+    lines = [f"    {part} <- {variant}" for part, variant in overrides.items()]
+    return cfg_text.rstrip("\n") + f"\n\\* mutant {mutant}\nCONSTANTS\n" + "\n".join(lines) + "\n"

@@ -1,0 +1,141 @@
+--------------------------- MODULE KVProbeMutants ---------------------------
+(***************************************************************************)
+(* Defective variants of parts of KVProbe's actions: the mutants the       *)
+(* checks must catch (docs/properties.md says what each one changes and    *)
+(* which property catches it).  Nothing here is used unless a config       *)
+(* replaces a part of KVProbe with one of these operators through TLC's    *)
+(* operator override, e.g.                                                 *)
+(*                                                                         *)
+(*     CONSTANTS                                                           *)
+(*         CleanupReclaims <- ReclaimsInFlight                             *)
+(*                                                                         *)
+(* and checks this module (it extends MC, so every config's operators are  *)
+(* here).  The overrides of each mutant are listed once, in                *)
+(* kvprobe/tlc_mutants.py; `kvprobe check --mutant NAME` appends them to   *)
+(* the config.  An override replaces the operator everywhere, so no        *)
+(* operator below calls the one it replaces (that would recurse).          *)
+(*                                                                         *)
+(* Only helpers of an action are replaced, never an action of Next:        *)
+(* TLC names a step by the action operator, and a replaced action would    *)
+(* be named after its replacement.                                         *)
+(***************************************************************************)
+EXTENDS MC
+
+-----------------------------------------------------------------------------
+(* Lookup *)
+
+\* lookup-skips-drain: Lookup (and Flush) no longer wait for the published
+\* outcomes to be applied.
+NeverWaitsForDrain == TRUE
+
+\* lookup-after-shutdown: Lookup is not refused after Shutdown.
+LookupReadyAfterShutdown == Drained
+
+\* lookup-rejoins-batch: a request joining a PENDING probe adds a second
+\* entry to this step's batch.
+LookupJoinRejoinsBatch(k, r) ==
+    /\ phase[k] # ABSENT
+    /\ waiters' = [waiters EXCEPT ![k] = @ \cup {r}]
+    /\ out' = [key |-> k, req |-> r, ans |-> verdict[k]]
+    /\ batch' = IF phase[k] = PENDING THEN batch \cup {<<k, gen[k], r>>} ELSE batch
+    /\ UNCHANGED <<phase, gen, nextGen>>
+
+-----------------------------------------------------------------------------
+(* Flush *)
+
+\* flush-submits-cleaned: every entry of the step's batch goes out, also
+\* entries whose state was reclaimed (or replaced) since the lookup.
+WholeBatch == batch
+
+\* flush-ignores-gen: an entry goes out if its key is PENDING, whatever
+\* the entry's generation.
+SubmitsAnyGeneration(e) == phase[e[1]] = PENDING
+
+\* flush-submits-forced: an entry of the state's generation goes out
+\* whatever its phase (a probe forced to MISS too).
+SubmitsAnyPhase(e) == gen[e[1]] = e[2]
+
+\* flush-while-dead: Flush submits to a dead worker instead of reviving it.
+SubmitsToDeadWorker == TRUE
+
+-----------------------------------------------------------------------------
+(* Drain *)
+
+\* death-forgets-open: the death marker concerns no probe (the open groups
+\* are forgotten instead of failed).
+ProbesForgettingOpen(o) == IF o.kind = "died" THEN {} ELSE o.grp.probes
+
+\* stale-result-applied: an outcome applies to a key's state whatever
+\* generation its probe of that key has ...
+MatchesAnyGeneration(o, k) == Live(k) /\ ProbesOf(o, k) # {}
+
+\* ... and the state gets the answer of any of its probes of that key.
+AnyProbeOfKey(o, k) == CHOOSE p \in ProbesOf(o, k) : TRUE
+
+\* fail-resolves-hit: a failed, timed-out or saturated group's keys are HIT.
+AnswerFailedAsHit(o, k) ==
+    CASE o.kind = "ok" -> o.ans[OutcomeProbe(o, k)]
+      [] o.kind = "died" -> "miss"
+      [] OTHER -> "hit"
+
+\* verdict-from-other-key: every key gets the answer of one (any) probe of
+\* the group.
+AnswerOfAnyKey(o, k) == IF o.kind = "ok" THEN o.ans[CHOOSE p \in OutcomeProbes(o) : TRUE] ELSE "miss"
+
+\* double-result: an outcome also resolves a RESOLVED state of its
+\* generation again (e.g. the late answer after a timeout).
+ResolvesAgain(o, k) ==
+    /\ OutcomeMatches(o, k)
+    /\ \/ phase[k] = IN_FLIGHT /\ waiters[k] # {}
+       \/ phase[k] = RESOLVED
+
+\* orphan-never-reclaimed: an outcome resolves an IN_FLIGHT state nobody
+\* waits on ...
+ResolvesOrphans(o, k) == OutcomeMatches(o, k) /\ phase[k] = IN_FLIGHT
+
+\* ... instead of reclaiming it.
+ReclaimsNothing(o, k) == FALSE
+
+\* stale-reclaims-newer: an outcome reclaims an IN_FLIGHT state nobody
+\* waits on whatever generation its probe of that key has.
+ReclaimsAnyGeneration(o, k) ==
+    Live(k) /\ ProbesOf(o, k) # {} /\ phase[k] = IN_FLIGHT /\ waiters[k] = {}
+
+-----------------------------------------------------------------------------
+(* Cleanup and MarkMiss *)
+
+\* cleanup-drops-in-flight: Cleanup of the last waiter reclaims an
+\* IN_FLIGHT state too; the next request probes the key again.
+ReclaimsInFlight == {PENDING, IN_FLIGHT, RESOLVED}
+
+\* cleanup-keeps-reverse-index: the finished request's keys stay in the
+\* reverse index.
+KeepsReverseIndex(r) == requests
+
+\* mark-miss-in-flight-unguarded: MarkMiss sets the verdict MISS but leaves
+\* an IN_FLIGHT state IN_FLIGHT, so its late result overrides the miss.
+LeavesInFlight(k) == IF phase[k] = IN_FLIGHT THEN IN_FLIGHT ELSE RESOLVED
+
+-----------------------------------------------------------------------------
+(* Worker *)
+
+\* The worker drops a group it holds: nothing is published, so the group's
+\* probes stay IN_FLIGHT.
+PublishesNothing(G) ==
+    /\ wstate # DEAD
+    /\ G \in taken
+    /\ taken' = taken \ {G}
+    /\ out' = NoOut
+    /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
+                   wstate, subq, stuck, resq, history>>
+
+\* worker-error-drops-batch: a failed backend call publishes nothing
+\* (FailGroupOf <- PublishesNothing).
+
+\* saturate-publishes-nothing: Saturate takes the group but publishes nothing.
+SaturatesSilently(G) ==
+    /\ MaxStuck > 0
+    /\ Cardinality(stuck) >= MaxStuck
+    /\ PublishesNothing(G)
+
+=============================================================================
