@@ -152,6 +152,13 @@ def verified_vs_baseline() -> tuple[list[Impl], Callable[[], None]]:
     return [verified_impl(), baseline_impl()], lambda: None
 
 
+def verified_vs_vllm() -> tuple[list[Impl], Callable[[], None]]:
+    """kvprobe's manager against vLLM's released one (needs vLLM installed; see bench.vllm_peer)."""
+    from bench.vllm_peer import vllm_impl
+
+    return [verified_impl(), vllm_impl()], lambda: None
+
+
 def metered_vs_plain() -> tuple[list[Impl], Callable[[], None]]:
     """MeteredManager with a registered collector against the plain manager; a scrape after each step.
 
@@ -361,6 +368,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--delay", type=int, default=1, help="steps before the worker answers a batch")
     parser.add_argument("--metered", action="store_true", help="MeteredManager against the plain manager")
+    parser.add_argument(
+        "--peer",
+        choices=["baseline", "vllm"],
+        default="baseline",
+        help="what kvprobe is timed against: the unverified baseline, or vLLM's released manager (needs vLLM)",
+    )
     add_options(parser, None, "the first")
     parser.add_argument("--rounds", type=int, default=5, help="with --commits: interleaved rounds (default 5)")
     args = parser.parse_args(argv)
@@ -370,9 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     workload, repeats = _size(args.quick)
     workload = Workload(steps=args.steps) if args.steps else workload
     repeats = args.repeats or repeats
-    setup = metered_vs_plain if args.metered else verified_vs_baseline
+    setup = metered_vs_plain if args.metered else verified_vs_vllm if args.peer == "vllm" else verified_vs_baseline
     results = measure(workload, repeats, args.delay, setup)
-    what = "metered against plain, a scrape per step" if args.metered else "verified against baseline"
+    what = "metered against plain, a scrape per step" if args.metered else f"verified against {args.peer}"
     print(f"hot path, {what}: {workload.steps} steps x {repeats} repeats, delay {args.delay}, lockstep interleaved\n")
     print(report(results))
     return 0

@@ -51,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: list[str]) -> int:
     if args and args[0] in ("-V", "--version"):
-        print(f"kvprobe {__version__}")
+        from kvprobe.build_info import build_info
+
+        print(f"kvprobe {__version__} ({build_info().describe()})")
         return 0
     if not args or args[0] in ("-h", "--help"):
         print("usage: kvprobe {check,conform} [options]   (kvprobe --version; kvprobe COMMAND --help)\n")

@@ -25,7 +25,14 @@ def test_each_module_the_tools_see_is_the_file_python_imports() -> None:
     for module in modules:
         if module.name.startswith("kvprobe.backends.nixl"):
             continue  # needs the nixl extra; its path is checked through the package below
-        assert Path(importlib.import_module(module.name).__file__ or "").resolve() == module.path.resolve()
+        loaded = importlib.import_module(module.name)
+        if hasattr(loaded, "COMPILED_FROM_SHA256"):
+            # A compiled module is the extension beside its .py (mypyc reports
+            # a made-up __file__ for the modules of its group that another
+            # compiled module imports first, so the folder is looked at).
+            assert list(module.path.parent.glob(f"{module.path.stem}.*.so")) != []
+        else:
+            assert Path(loaded.__file__ or "").resolve() == module.path.resolve()
     assert package_dirs()["kvprobe.backends"] == ROOT / "backends"
 
 
@@ -34,3 +41,18 @@ def test_the_staged_tree_spells_the_import_names(tmp_path: Path) -> None:
     assert (staged / "kvprobe" / "spec" / "lifecycle.py").read_bytes() == (ROOT / "spec" / "lifecycle.py").read_bytes()
     assert (staged / "kvprobe" / "tla" / "KVProbe.tla").is_file()
     assert not any(path.is_symlink() for path in staged.rglob("*"))
+
+
+def test_kvprobe_version_says_which_core_is_loaded() -> None:
+    from kvprobe.build_info import build_info
+    from kvprobe.statemachine.core import COMPILED
+
+    info = build_info()
+    assert info.kind == ("compiled" if COMPILED else "pure")
+    assert ("kvprobe.statemachine.core" in info.compiled) is COMPILED
+    assert info.stale == ()
+    done = subprocess.run(
+        [sys.executable, "-m", "kvprobe.cli", "--version"], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip().endswith(f"({info.describe()})")
+    assert info.describe().startswith("compiled core" if COMPILED else "pure-Python core")
