@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 HERE=tests/vllm_release
 VLLM_VERSION=${VLLM_VERSION:-0.33.0}
-VENV=${VLLM_VENV:-.venv-vllm}
+VENV=$(realpath -m "${VLLM_VENV:-.venv-vllm}")
 PY=${PY:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 TEST_FILES=(test_async_lookup.py test_fs_tier.py test_obj_tier.py)
@@ -82,7 +82,7 @@ run_tests() {
     work=$(mktemp -d)
     trap 'rm -rf "$work"' RETURN
     fetch_tests "$work"
-    local pytest=("$repo/$VENV/bin/python" -m pytest -p no:cacheprovider -p kvprobe_switch -o timeout=120 -q)
+    local pytest=("$VENV/bin/python" -m pytest -p no:cacheprovider -p kvprobe_switch -o timeout=120 -q)
     local status=0
     echo "== vLLM $VLLM_VERSION's tier tests on vLLM's own AsyncLookupManager"
     (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=vllm "${TEST_FILES[@]}") || status=1

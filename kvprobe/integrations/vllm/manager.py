@@ -236,9 +236,9 @@ class AsyncLookupManager(abc.ABC):
         if self._after_shutdown is not None:
             self._after_shutdown.mark_miss(listed)
             return
+        # Unknown keys go through: kvprobe counts them (stats.unknown_mark_miss).
         states = self._manager.core.states
-        resolved = [k for k in listed if (s := states.get(k)) is not None and s.phase is LookupPhase.RESOLVED]
-        self._manager.mark_miss(resolved)
+        self._manager.mark_miss([k for k in listed if (s := states.get(k)) is None or s.phase is LookupPhase.RESOLVED])
 
     def cleanup(self, req_id: str) -> None:
         """The request finished: release its interest; in-flight probes are kept for others to join.
