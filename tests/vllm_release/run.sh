@@ -16,7 +16,8 @@
 #        as-shipped baseline: all must pass) and then with the one-line
 #        switch to kvprobe's drop-in (kvprobe_switch.py; the tests listed in
 #        private_fields.toml must fail, the others pass), and finally this
-#        repository's tests that need the release (tests/integrations/test_vllm_release_*.py).
+#        repository's tests that need the release: the differences from vLLM's
+#        own class, and the tier-poll thread scenario.
 #
 # Another vLLM release: VLLM_VERSION=0.34.0 tests/vllm_release/run.sh
 # (docs/vllm.md says what to check).  Needs Python 3.11+ and PyPI.
@@ -80,17 +81,21 @@ run_tests() {
     local work repo
     repo=$(pwd)
     work=$(mktemp -d)
-    trap 'rm -rf "$work"' RETURN
-    fetch_tests "$work"
+    fetch_tests "$work" || { rm -rf "$work"; return 1; }
     local pytest=("$VENV/bin/python" -m pytest -p no:cacheprovider -p kvprobe_switch -o timeout=120 -q)
     local status=0
     echo "== vLLM $VLLM_VERSION's tier tests on vLLM's own AsyncLookupManager"
     (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=vllm "${TEST_FILES[@]}") || status=1
     echo "== the same tests with the one-line switch to kvprobe's drop-in"
     (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=kvprobe "${TEST_FILES[@]}") || status=1
+    # Two runs: the tier-poll test switches vLLM's module to the drop-in, the
+    # differences test needs vLLM's own class.
     echo "== this repository's tests that need vLLM $VLLM_VERSION"
-    KVPROBE_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -q tests/integrations/test_vllm_release_*.py || status=1
-    return $status
+    export KVPROBE_REQUIRE_VLLM=1
+    "$VENV/bin/python" -m pytest -q tests/integrations/test_vllm_differences.py || status=1
+    "$VENV/bin/python" -m pytest -q tests/integrations/test_vllm_release_tier_poll.py || status=1
+    rm -rf "$work"
+    return "$status"
 }
 
 case "${1:-all}" in
