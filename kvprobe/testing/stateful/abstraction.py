@@ -10,8 +10,8 @@ Hypothesis's targeting phase.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, is_dataclass
 
 from kvprobe.spec import model
 from kvprobe.spec.lifecycle import LookupPhase
@@ -20,7 +20,15 @@ from kvprobe.statemachine.types import GroupOutcome, ProbeGroup
 from kvprobe.statemachine.workers import ManualWorker
 from kvprobe.testing.stateful.ghosts import GhostRecorder, held_phase
 
-__all__ = ["COMPARED", "COMPARED_THREAD", "abstract_state", "as_model_group", "differences", "interest"]
+__all__ = [
+    "COMPARED",
+    "COMPARED_THREAD",
+    "abstract_state",
+    "as_model_group",
+    "differences",
+    "interest",
+    "stable_repr",
+]
 
 
 def as_model_group(g: ProbeGroup) -> model.Group:
@@ -116,7 +124,7 @@ def differences(expected: model.State, actual: model.State, names: Sequence[str]
         if isinstance(want, dict | type(expected.probes)):
             want, got = dict(want), dict(got)
         if want != got:
-            out.append(f"{name}: model {want!r}, implementation {got!r}")
+            out.append(f"{name}: model {stable_repr(want)}, implementation {stable_repr(got)}")
     return out
 
 
@@ -133,3 +141,29 @@ def interest(s: model.State) -> dict[str, int]:
         "late answers pending": len(s.timed_out),
         "orphans in flight": orphans,
     }
+
+
+def stable_repr(value: object) -> str:
+    """``repr(value)`` with the items of every set in sorted order, and mappings shown as dicts.
+
+    A set of strings or bytes is printed in the order of their hashes, which
+    PYTHONHASHSEED changes from process to process; the failure messages
+    print model states full of sets, and ``kvprobe conform --seed N`` must
+    print the same report every time.
+    """
+    if isinstance(value, set | frozenset):
+        items = ", ".join(sorted(stable_repr(item) for item in value))
+        if isinstance(value, frozenset):
+            return f"frozenset({{{items}}})" if items else "frozenset()"
+        return f"{{{items}}}" if items else "set()"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{stable_repr(k)}: {stable_repr(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(stable_repr(item) for item in value) + "]"
+    if type(value) is tuple:
+        items = ", ".join(stable_repr(item) for item in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    if is_dataclass(value) and not isinstance(value, type):
+        shown = ", ".join(f"{f.name}={stable_repr(getattr(value, f.name))}" for f in fields(value) if f.repr)
+        return f"{type(value).__name__}({shown})"
+    return repr(value)

@@ -15,7 +15,14 @@ from hypothesis.stateful import invariant
 
 from kvprobe.spec import model
 from kvprobe.statemachine.workers import ManualWorker
-from kvprobe.testing.stateful.abstraction import COMPARED, COMPARED_THREAD, abstract_state, differences, interest
+from kvprobe.testing.stateful.abstraction import (
+    COMPARED,
+    COMPARED_THREAD,
+    abstract_state,
+    differences,
+    interest,
+    stable_repr,
+)
 from kvprobe.testing.stateful.base import MachineBase
 
 __all__ = ["Checks"]
@@ -41,9 +48,9 @@ class Checks(MachineBase):
 
     def _check(self, name: str) -> None:
         holds = model.INVARIANTS[name]
-        assert holds(self.s), f"{name} broken by the reference model itself: {self.s}"
+        assert holds(self.s), f"{name} broken by the reference model itself: {stable_repr(self.s)}"
         real = self._real()
-        assert holds(real), f"{name} broken by the implementation: {real}"
+        assert holds(real), f"{name} broken by the implementation: {stable_repr(real)}"
 
     #: The checks run after every step, in this order (one ``@invariant``, so a
     #: failing example prints one line per step, not one per check).

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from kvprobe.spec import model
+from kvprobe.testing.stateful.abstraction import stable_repr
 from kvprobe.testing.stateful.base import MachineOptions, is_open, machine_rule
 from kvprobe.testing.stateful.scheduler import SchedulerActions
 from kvprobe.testing.stateful.worker import WorkerActions
@@ -110,7 +111,7 @@ class Sequences(SchedulerActions, WorkerActions):
             self._answer_everything()
         self.m.drain_results()
         self.s = model.drain_all(self.s)
-        assert model.Reclaimed(self.s), f"the model leaks: {self.s.probes}"
+        assert model.Reclaimed(self.s), f"the model leaks: {stable_repr(self.s.probes)}"
         assert len(self.m) == 0, f"EventuallyReclaimed: {len(self.m)} states left: {dict(self.m.core.states)}"
         assert not self.m.core.outstanding, f"EventuallyReclaimed: groups never answered {self.m.core.outstanding}"
 
