@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvprobe.testing.search import failure_leaves
 from kvprobe.testing.stateful.tier import KEYS, short_name
 
-__all__ = ["failure_report"]
+__all__ = ["failure_report", "plural"]
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    subs = getattr(exc, "exceptions", None)  # an ExceptionGroup: several distinct failures
-    if isinstance(subs, tuple):
-        return [leaf for sub in subs for leaf in _leaves(sub)]
-    return [exc]
+def plural(count: int, noun: str) -> str:
+    """``1 step``, ``2 steps``: ``count`` and ``noun``, with an ``s`` unless ``count`` is one."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 #: Lines of Hypothesis's report that are not steps of the run.
@@ -50,13 +49,13 @@ def failure_report(
         return text
 
     out: list[str] = []
-    for leaf in _leaves(exc):
+    for leaf in failure_leaves(exc):
         message = short(f"{leaf}".strip().splitlines()[0] if str(leaf).strip() else type(leaf).__name__)
         if len(message) > width:
             message = message[: width - 3] + "..."
         out.append(f"  {type(leaf).__name__}: {message}")
     # The steps come through the reporter or, in recent Hypothesis, as notes on the error.
-    notes = [note for leaf in _leaves(exc) for note in getattr(leaf, "__notes__", [])]
+    notes = [note for leaf in failure_leaves(exc) for note in getattr(leaf, "__notes__", [])]
     texts = [line for text in (*lines, *notes) for line in str(text).splitlines()]
     steps: list[str] = []
     continued = False  # Hypothesis wraps a long step over several lines: join them
@@ -76,8 +75,8 @@ def failure_report(
         # effects[0] is the first step after the initialize rule (step 1, always shown).
         numbered = [(n, step) for n, step in numbered if n in (1, len(steps)) or effects[n - 2 : n - 1] != [False]]
     idle = len(steps) - len(numbered)
-    left_out = f"; {idle} steps that changed nothing left out" if idle else ""
-    out.append(f"The run ({len(steps)} steps{left_out}; keys {keys}):")
+    left_out = f"; {plural(idle, 'step')} that changed nothing left out" if idle else ""
+    out.append(f"The run ({plural(len(steps), 'step')}{left_out}; keys {keys}):")
     for number, step in numbered:
         marker = "   <- fails here" if number == len(steps) else ""
         out.append(f"  {number:>2}. {step}{marker}")
