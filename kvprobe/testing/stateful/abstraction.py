@@ -13,11 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, is_dataclass
 
-from kvprobe.spec import model
-from kvprobe.spec.lifecycle import LookupPhase
-from kvprobe.statemachine.manager import AsyncLookupManager
-from kvprobe.statemachine.types import GroupOutcome, ProbeGroup
-from kvprobe.statemachine.workers import ManualWorker
+from kvprobe.spec import LookupPhase, model
+from kvprobe.statemachine import AsyncLookupManager, GroupOutcome, ManualWorker, ProbeGroup
 from kvprobe.testing.stateful.ghosts import GhostRecorder, held_phase
 
 __all__ = [

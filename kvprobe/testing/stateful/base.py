@@ -27,9 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from hypothesis.strategies import SearchStrategy
 
 from kvprobe.spec import model
-from kvprobe.statemachine.manager import AsyncLookupManager
-from kvprobe.statemachine.types import ProbeGroup
-from kvprobe.statemachine.workers import ManualWorker
+from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ProbeGroup
 from kvprobe.testing.lifetimes import Lifetimes
 from kvprobe.testing.stateful.ghosts import GhostRecorder
 from kvprobe.testing.stateful.tier import FAILURES, ScriptedBackend, as_target

@@ -14,7 +14,7 @@ from __future__ import annotations
 from hypothesis.stateful import invariant
 
 from kvprobe.spec import model
-from kvprobe.statemachine.workers import ManualWorker
+from kvprobe.statemachine import ManualWorker
 from kvprobe.testing.stateful.abstraction import (
     COMPARED,
     COMPARED_THREAD,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kvprobe.spec.lifecycle import LookupPhase
+from kvprobe.spec import LookupPhase
 from kvprobe.spec.replay import TraceChecker
-from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine import LookupCore
 
 __all__ = ["GhostRecorder", "held_phase"]
 

@@ -19,8 +19,7 @@ from typing import Any, cast
 
 from hypothesis.stateful import RuleBasedStateMachine
 
-from kvprobe.statemachine.manager import AsyncLookupManager
-from kvprobe.statemachine.workers import ManualWorker
+from kvprobe.statemachine import AsyncLookupManager, ManualWorker
 from kvprobe.testing.stateful.base import RECIPE_ATTRIBUTE, MachineOptions, RuleRecipe
 from kvprobe.testing.stateful.checks import Checks
 from kvprobe.testing.stateful.faults import Faults

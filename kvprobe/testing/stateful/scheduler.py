@@ -14,7 +14,7 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 
 from kvprobe.spec import model
-from kvprobe.statemachine.types import ManagerClosedError, ReqContext
+from kvprobe.statemachine import ManagerClosedError, ReqContext
 from kvprobe.testing.stateful.base import MachineBase, is_open, machine_rule
 from kvprobe.testing.stateful.tier import FAILURES, short_name, shown
 

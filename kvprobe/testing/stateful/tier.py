@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvprobe.backends.base import Backend
-from kvprobe.backends.memory import InMemoryBackend
-from kvprobe.statemachine.types import FailureKind
+from kvprobe.backends import Backend, InMemoryBackend
+from kvprobe.statemachine import FailureKind
 
 __all__ = [
     "FAILURES",
