@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import hypothesis
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
 
+from kvprobe.testing.search import search_settings
 from kvprobe.testing.stateful.machine import lookup_machine
 from kvprobe.testing.stateful.report import failure_report
 from kvprobe.testing.stateful.tier import KEYS, as_target
@@ -148,19 +149,12 @@ def _scratch_storage() -> Iterator[None]:
 
 
 def _settings(examples: int, steps: int, derandomize: bool, shrink: bool) -> settings:
+    # The suites' search (no database, no deadline, no health checks), seeded
+    # here, reporting one failure, and shrinking it unless asked not to.
+    # No explain phase: it re-runs the failure many times to annotate lines.
+    phases = (Phase.explicit, Phase.generate, Phase.target, *((Phase.shrink,) if shrink else ()))
     return settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        derandomize=derandomize,
-        suppress_health_check=list(HealthCheck),
-        print_blob=False,
-        report_multiple_bugs=False,  # one failure, one report
-        # No explain phase: it re-runs the failure many times to annotate lines.
-        phases=tuple(
-            p for p in (Phase.explicit, Phase.generate, Phase.target, Phase.shrink) if shrink or p is not Phase.shrink
-        ),
+        search_settings(examples, steps), derandomize=derandomize, report_multiple_bugs=False, phases=phases
     )
 
 
