@@ -60,6 +60,7 @@ class GhostRecorder:
         self.checking = True
 
     def bind(self, core: LookupCore) -> None:
+        """Watch ``core``'s table (the manager's, once it exists; events before are only recorded)."""
         self.core = core
         self._before = self._snapshot()
 
@@ -68,6 +69,11 @@ class GhostRecorder:
         return {k: (held_phase(s.phase), s.generation, s.verdict) for k, s in self.core.states.items()}
 
     def __call__(self, event: dict[str, object]) -> None:
+        """Record ``event``, update the history variables from what it changed, and check it.
+
+        Raises:
+            TraceDivergence: the trace so far is not one the model allows (from the checker).
+        """
         if not self.checking:
             return
         event = json.loads(json.dumps(event))
