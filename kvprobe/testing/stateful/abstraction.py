@@ -114,15 +114,43 @@ COMPARED_THREAD = tuple(n for n in COMPARED if n not in ("queue", "taken", "time
 
 
 def differences(expected: model.State, actual: model.State, names: Sequence[str]) -> list[str]:
-    """One line per state variable of ``names`` on which ``actual`` differs from ``expected``."""
+    """One line per part of a state variable of ``names`` on which ``actual`` differs from ``expected``.
+
+    Only the parts that differ are shown, each whole: a table's entries by
+    key (``probes[k1]: model ..., implementation ...``, ``absent`` for a
+    missing one), a record's fields by name (``counts.misses: model 2,
+    implementation 3``); any other variable as a whole.
+    """
     out = []
     for name in names:
         want, got = getattr(expected, name), getattr(actual, name)
         if isinstance(want, dict | type(expected.probes)):
             want, got = dict(want), dict(got)
         if want != got:
-            out.append(f"{name}: model {stable_repr(want)}, implementation {stable_repr(got)}")
+            out.extend(_parts_differing(name, want, got))
     return out
+
+
+def _parts_differing(name: str, want: object, got: object) -> list[str]:
+    if isinstance(want, dict) and isinstance(got, dict):
+        keys = sorted(want.keys() | got.keys(), key=stable_repr)
+        return [
+            f"{name}[{stable_repr(k)}]: model {_or_absent(want, k)}, implementation {_or_absent(got, k)}"
+            for k in keys
+            if k not in want or k not in got or want[k] != got[k]
+        ]
+    if is_dataclass(want) and type(want) is type(got):
+        return [
+            f"{name}.{f.name}: model {stable_repr(getattr(want, f.name))}, "
+            f"implementation {stable_repr(getattr(got, f.name))}"
+            for f in fields(want)
+            if getattr(want, f.name) != getattr(got, f.name)
+        ]
+    return [f"{name}: model {stable_repr(want)}, implementation {stable_repr(got)}"]
+
+
+def _or_absent(table: dict[object, object], key: object) -> str:
+    return stable_repr(table[key]) if key in table else "absent"
 
 
 def interest(s: model.State) -> dict[str, int]:

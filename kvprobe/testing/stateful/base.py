@@ -217,6 +217,23 @@ class MachineBase(RuleBasedStateMachine):
     def _truth(self, group: model.Group) -> tuple[bool, ...]:
         return tuple(k in self.stored for k in group.keys)
 
+    def _answered(self, group: model.Group, scripted: str | None = None, *, late: bool = False) -> None:
+        """The model's action for a group whose backend call just returned: the
+        failure the tier's own answer causes, else the scripted one, else the truth.
+
+        A tier that raises or answers other than one bool per key is
+        tolerated by the manager (the group fails, its keys resolve as MISS);
+        the model is told so, and ``TierAnswersWellFormed`` reports the call.
+        """
+        tier_failure = self.backend.tier_failure(group.keys, group.req)
+        failure = tier_failure.value if tier_failure is not None else scripted and FAILURES[scripted].value
+        if failure:
+            self.s = model.fail_group(self.s, group.group_id, failure)
+        elif late:
+            self.s = model.late_answer(self.s, group.group_id, self._truth(group))
+        else:
+            self.s = model.complete_group(self.s, group.group_id, self._truth(group))
+
     # -- following the real threaded worker ---------------------------------------------
 
     def _settle_thread(self) -> None:
@@ -243,10 +260,8 @@ class MachineBase(RuleBasedStateMachine):
             self.backend.mode = "ok"
             return
         self.s, _ = model.take_batch(self.s)
-        truths = {}
         for group in groups:
             self._expect_call(group)
-            truths[group.group_id] = self._truth(group)
         self._wait_published(len(self.s.inbox) + len(groups))
         # Groups run concurrently and publish as they finish.
         published = [o.group.group_id for o in list(self.m.core.inbox)[-len(groups) :]]
@@ -257,8 +272,6 @@ class MachineBase(RuleBasedStateMachine):
             if group is groups[0] and fail == "hang":
                 self.s = model.time_out(self.s, gid)
                 self.hung = group
-            elif group is groups[0] and fail is not None:
-                self.s = model.fail_group(self.s, gid, FAILURES[fail].value)
             else:
-                self.s = model.complete_group(self.s, gid, truths[gid])
+                self._answered(group, fail if group is groups[0] else None)
         self.backend.mode_for = None

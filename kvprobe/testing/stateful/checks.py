@@ -5,7 +5,10 @@ so that a failing example prints one line per step, not one per check:
 first ``TierAnswersTruthfully`` (the oracle), then the predicates named as
 in ``docs/properties.md``, evaluated on the model and on the abstraction of
 the real manager, then ``conforms_to_reference`` (every observable equals
-the model's).  ``steer`` is not a check: it scores the run for Hypothesis's
+the model's), last ``TierAnswersWellFormed`` (no call of the tier raised or
+returned other than one bool per key: the manager tolerates that, and the
+model follows it, so it is reported once the manager's handling was
+checked).  ``steer`` is not a check: it scores the run for Hypothesis's
 targeting phase.
 """
 
@@ -66,6 +69,7 @@ class Checks(MachineBase):
         "NothingLeaks",
         "steer",
         "conforms_to_reference",
+        "TierAnswersWellFormed",
     )
 
     @invariant()
@@ -118,12 +122,25 @@ class Checks(MachineBase):
         for label, score in interest(self.s).items():
             self._best[label] = max(self._best.get(label, 0), score)
 
+    def TierAnswersWellFormed(self) -> None:
+        """Every call of the tier returned one bool per key, without raising.
+
+        Checked last: the model was told how the manager fails such a call
+        (see ``MachineBase._answered``), so by now the manager was found to
+        handle it as the contract says, and the report can say so.
+        """
+        self.backend.assert_well_formed(
+            ". The tier broke the backend contract (one bool per key, no exception); the manager handled "
+            "it as the contract says (checked against the reference model): its keys resolved as MISS "
+            "and stats.backend_errors counted the call"
+        )
+
     def conforms_to_reference(self) -> None:
         """Every observable equals the model's (runs after the named invariants)."""
         real = self._real()
         # The threaded worker's queue and taken groups are not observable.
         problems = differences(self.s, real, COMPARED if self.options.manual else COMPARED_THREAD)
-        assert not problems, "implementation diverges from the reference model: " + "; ".join(problems)
+        assert not problems, "implementation diverges from the reference model:\n" + "\n".join(problems)
         assert len(self.m) == len(self.s.probes), f"len(m) is {len(self.m)}, the model holds {len(self.s.probes)}"
         if not self.s.closed:
             got = [self.m.core.phase(k) for k in self.options.keys]

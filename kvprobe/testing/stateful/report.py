@@ -22,6 +22,9 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+#: How many lines of a failure's message the report shows.
+MESSAGE_LINES = 12
+
 #: Lines of Hypothesis's report that are not steps of the run.
 _NOT_STEPS = ("state.contract()", "state.teardown()")
 
@@ -31,14 +34,15 @@ def failure_report(
     lines: Sequence[str],
     pool: Sequence[bytes] = KEYS,
     effects: Sequence[bool] | None = None,
-    width: int = 400,
+    width: int = 1000,
 ) -> str:
     """A failed run on one screen: what broke, then one numbered line per step.
 
     Keys of ``pool`` are shown as ``k1``, ``k2``, ...; the checks Hypothesis
     prints after each step are left out; the last step, where the
-    implementation (or the tier) and the model disagree, is marked.  Each
-    error message is cut to ``width`` characters.  With ``effects`` (per
+    implementation (or the tier) and the model disagree, is marked.  Each line
+    of an error message is cut to ``width`` characters (a line names the
+    part that differs first, so a cut never hides which part).  With ``effects`` (per
     step after the initialize rule, whether it changed the model's tables,
     the tier or the backend calls), steps that changed nothing are left out (the last step is always kept).
     """
@@ -50,10 +54,15 @@ def failure_report(
 
     out: list[str] = []
     for leaf in failure_leaves(exc):
-        message = short(f"{leaf}".strip().splitlines()[0] if str(leaf).strip() else type(leaf).__name__)
-        if len(message) > width:
-            message = message[: width - 3] + "..."
-        out.append(f"  {type(leaf).__name__}: {message}")
+        # A message of several lines (the comparison's: one line per part that
+        # differs) is shown whole, line by line, up to MESSAGE_LINES of them.
+        lines_of = str(leaf).strip().splitlines() or [type(leaf).__name__]
+        shown = [short(text) for text in lines_of[:MESSAGE_LINES]]
+        if len(lines_of) > MESSAGE_LINES:
+            shown.append(f"(and {plural(len(lines_of) - MESSAGE_LINES, 'more line')})")
+        shown = [text if len(text) <= width else text[: width - 3] + "..." for text in shown]
+        out.append(f"  {type(leaf).__name__}: {shown[0]}")
+        out.extend(f"    {text}" for text in shown[1:])
     # The steps come through the reporter or, in recent Hypothesis, as notes on the error.
     notes = [note for leaf in failure_leaves(exc) for note in getattr(leaf, "__notes__", [])]
     texts = [line for text in (*lines, *notes) for line in str(text).splitlines()]

@@ -24,6 +24,7 @@ from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import get_state_machine_test
 
+from kvprobe.statemachine import AsyncLookupManager
 from kvprobe.testing.search import search_settings
 from kvprobe.testing.stateful.machine import lookup_machine
 from kvprobe.testing.stateful.report import failure_report
@@ -172,6 +173,7 @@ def run_conformance(
     round_trips: int = 3,
     on_run: Callable[[int], None] | None = None,
     shrink_runs: int = SHRINK_RUNS,
+    manager_class: type[AsyncLookupManager] = AsyncLookupManager,
 ) -> ConformanceResult:
     """Run the machine against ``factory``'s backend; never raises for a failed run.
 
@@ -195,6 +197,8 @@ def run_conformance(
         on_run: called with the number of runs started so far, as each starts
             (for a progress display).
         shrink_runs: the most runs the shrinking makes.
+        manager_class: the manager driven (a subclass, e.g. a test suite's
+            mutant, to see what the report says when kvprobe is at fault).
 
     Raises:
         TypeError: the factory's first result is not a usable target (the
@@ -205,7 +209,9 @@ def run_conformance(
     if made.close is not None:
         made.close()
     runs = _Runs(factory, shrink_runs, shrink_seconds, on_run)
-    machine = lookup_machine(factory=runs, worker=worker, round_trips=round_trips, budget_s=timeout_s)
+    machine = lookup_machine(
+        manager_class=manager_class, factory=runs, worker=worker, round_trips=round_trips, budget_s=timeout_s
+    )
     if derandomize:
         seed = None
     elif seed is None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kvprobe.backends import Backend, InMemoryBackend
 from kvprobe.statemachine import FailureKind
+from kvprobe.testing.stateful.answers import TierAnswer, TierCall
 
 __all__ = [
     "FAILURES",
@@ -81,7 +82,12 @@ class ScriptedBackend:
     (raise at call time), ``"raise_iter"`` (raise while the result is
     iterated), ``"short"`` (one result too few), ``"long"`` (one too many).
     Every call is recorded in ``calls`` as ``(keys, req_id)`` before anything
-    else happens.  Errors of the wrapped backend propagate unchanged.
+    else happens.  What the wrapped backend raises or returns reaches the
+    manager unchanged; when it is not one bool per key (it raised, returned
+    0/1 or None, too few or too many), the call is the tier's fault: it is
+    appended to ``faults`` (or, for a wrong length, to ``lies``) naming the
+    call, and :meth:`tier_failure` tells the machine how ``probe_group``
+    fails the group, so that the model follows the manager there.
 
     The audit: with ``oracle`` (key -> is the block stored now), each answer
     the wrapped backend gives is compared with it, key by key, before any
@@ -110,11 +116,17 @@ class ScriptedBackend:
         self.budget_s = budget_s
         self.pool = tuple(pool)
         self.lies: list[str] = []
+        #: The tier's calls that raised or returned something other than one bool per key.
+        self.faults: list[str] = []
+        self._failures: dict[tuple[tuple[bytes, ...], str | None], FailureKind] = {}
+        self._lock = threading.Lock()
 
     def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> Any:
         keys = list(keys)
         req_id = getattr(req_context, "req_id", None)
-        self.calls.append((tuple(keys), req_id))
+        with self._lock:  # concurrent groups: each call's number is its place in ``calls``
+            self.calls.append((tuple(keys), req_id))
+            call = TierCall(len(self.calls), tuple(keys), req_id, self.pool)
         if self.mode_for is not None and req_id != self.mode_for:
             mode = "ok"
         else:
@@ -125,8 +137,16 @@ class ScriptedBackend:
         if mode == "raise":
             raise ScriptedFault("scripted failure at call time")
         start = time.monotonic()
-        verdicts = list(self.inner.batch_lookup(keys, req_context))
-        self._audit(keys, verdicts, time.monotonic() - start)
+        try:
+            result = self.inner.batch_lookup(keys, req_context)
+        except Exception as exc:
+            self._tier_failed(call, FailureKind.RAISED, f"raised {exc!r}")
+            raise
+        answer = TierAnswer.read(result, len(keys))
+        self._audit(call, answer, time.monotonic() - start)
+        if answer.failure is not None:
+            return answer.replay(result)  # what the tier returned, as the manager would have seen it
+        verdicts = list(answer.items)
         if mode == "raise_iter":
             return _raise_after(verdicts[: len(verdicts) // 2])
         if mode == "short":
@@ -135,35 +155,73 @@ class ScriptedBackend:
             return [*verdicts, False]
         return verdicts
 
+    def tier_failure(self, keys: Sequence[bytes], req_id: str | None) -> FailureKind | None:
+        """How the tier's own latest call for ``keys`` and ``req_id`` failed (None: it answered well).
+
+        Each failure is handed out once: the machine asks right after the
+        call, and tells the model that the group failed that way.
+        """
+        with self._lock:
+            return self._failures.pop((tuple(keys), req_id), None)
+
     def assert_truthful(self) -> None:
-        """The ``TierAnswersTruthfully`` check: the audit found nothing so far.
+        """The ``TierAnswersTruthfully`` check: the audit found no wrong answer so far.
 
         Raises:
             AssertionError: naming the first finding (and how many more there are).
         """
-        lies = self.lies
-        assert not lies, "TierAnswersTruthfully: " + lies[0] + (f" (and {len(lies) - 1} more)" if lies[1:] else "")
+        _assert_none("TierAnswersTruthfully", self.lies)
 
-    def _audit(self, keys: list[bytes], verdicts: list[Any], seconds: float) -> None:
-        names = ", ".join(short_name(k, self.pool) for k in keys)
+    def assert_well_formed(self, consequence: str = "") -> None:
+        """The ``TierAnswersWellFormed`` check: every call returned one bool per key, and none raised.
+
+        Args:
+            consequence: appended to the finding (what the manager made of it).
+
+        Raises:
+            AssertionError: naming the tier's first such call (which call, its
+                keys and request, what it returned or raised).
+        """
+        _assert_none("TierAnswersWellFormed", self.faults, consequence)
+
+    def _tier_failed(self, call: TierCall, kind: FailureKind, what: str) -> None:
+        with self._lock:
+            self._failures[(call.keys, call.req_id)] = kind
+            if kind not in (FailureKind.SHORT_RESULT, FailureKind.LONG_RESULT):  # those are lies (below)
+                self.faults.append(f"{call.says(what)}, so the manager failed the group as {kind.value}")
+
+    def _audit(self, call: TierCall, answer: TierAnswer, seconds: float) -> None:
+        names = call.names()
         if self.budget_s is not None and seconds > self.budget_s:
             self.lies.append(
                 f"the tier took {seconds:.2f} s to answer [{names}], over the {self.budget_s:g} s lookup "
                 "timeout: behind a manager with that timeout these keys resolve as MISS"
             )
-        if self.oracle is None:
+        if answer.failure is not None:
+            self._tier_failed(call, answer.failure, answer.describe())
+        if self.oracle is None or answer.failure not in (None, FailureKind.SHORT_RESULT, FailureKind.LONG_RESULT):
             return
-        if len(verdicts) != len(keys):
-            self.lies.append(f"the tier returned {len(verdicts)} answers for {len(keys)} keys [{names}]")
+        if answer.failure is not None:
+            count = f"more than {len(call.keys)}" if answer.failure is FailureKind.LONG_RESULT else len(answer.items)
+            answers = "answer" if count == 1 else "answers"
+            self.lies.append(
+                f"the tier returned {count} {answers} for {len(call.keys)} keys [{names}] (call {call.number})"
+            )
             return
-        for key, verdict in zip(keys, verdicts, strict=True):
+        for key, verdict in zip(call.keys, answer.items, strict=True):
             truth = self.oracle(key)
-            if bool(verdict) is not truth:
+            if verdict is not truth:
                 self.lies.append(
                     f"the tier answered {short_name(key, self.pool)} = {hit_or_miss(verdict)}, "
                     f"but it holds {short_name(key, self.pool)} = {hit_or_miss(truth)} "
                     f"(the factory {'stored' if truth else 'removed or never stored'} that block)"
                 )
+
+
+def _assert_none(check: str, findings: list[str], consequence: str = "") -> None:
+    if findings:
+        more = f" (and {len(findings) - 1} more)" if findings[1:] else ""
+        raise AssertionError(f"{check}: {findings[0]}{more}{consequence}")
 
 
 @dataclass
