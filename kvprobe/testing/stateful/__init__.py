@@ -15,7 +15,10 @@ the counters, and the manager's tables abstracted into a model state.  One
 what the factory stored), then the predicates named as in
 ``docs/properties.md``, evaluated both on the model and on the abstraction
 of the real manager (history variables are recorded from the manager's
-trace), then the comparison with the model.  Every
+trace), then the comparison with the model, last ``TierAnswersWellFormed``
+(no call of the tier raised or returned other than one bool per key: the
+manager tolerates that, so the model follows it and the call is reported
+as the tier's).  Every
 trace event is also fed to :class:`kvprobe.spec.replay.TraceChecker` as it is
 emitted, so each run's whole trace is validated against the model.
 
@@ -38,6 +41,8 @@ Where each part lives (read in this order):
 
 * :mod:`.tier`: the tier under test, its ground truth and audit
   (:class:`Target`, :class:`ScriptedBackend`, :func:`memory_factory`);
+  :mod:`.answers`: one call of the tier and its answer, read as the
+  manager reads it and worded for the report;
 * :mod:`.base`: the machine's options, how a rule is declared, the state
   the rules share;
 * :mod:`.scheduler`, :mod:`.worker`, :mod:`.faults`, :mod:`.sequences`:
