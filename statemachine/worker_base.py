@@ -50,7 +50,13 @@ class Worker(Protocol):
     """
 
     def start(self, backend: Backend, publish: Publish) -> None:
-        """Begin serving; called once at construction and again after a death."""
+        """Begin serving; called once at construction and again after a death.
+
+        The manager passes its backend through a
+        :class:`~kvprobe.statemachine.weak_backend.WeakBackend` (every
+        attribute forwarded, the backend not kept alive), so that a dropped
+        manager is collected even while the worker's threads run.
+        """
 
     def submit(self, batch: Batch) -> None:
         """Queue a batch; must not block."""
