@@ -340,7 +340,8 @@ class ThreadedWorker:
                 self._stuck += 1
                 if not self._stopping:
                     detail = f"no answer within {self.lookup_timeout_s} s"
-                    self._send("TimeOut", GroupOutcome(call.group, None, FailureKind.TIMEOUT, detail))
+                    given_up = GroupOutcome(call.group, None, FailureKind.TIMEOUT, detail, call_s=now - call.started)
+                    self._send("TimeOut", given_up)
 
     # --- caller threads ---------------------------------------------------------
 

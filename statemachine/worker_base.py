@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numbers
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
-from kvprobe.backends.base import Backend
+from kvprobe.backends.base import Backend, Key
 from kvprobe.statemachine.types import (
     Batch,
     FailureKind,
@@ -74,32 +75,42 @@ def probe_group(backend: Backend, group: ProbeGroup) -> GroupOutcome:
     Never raises for an ``Exception`` from the backend: a raise at call time,
     a raise while its iterable is consumed, too few or too many results, or a
     result that is not a ``bool`` becomes a failed outcome naming the problem.
+    The outcome's ``call_s`` is the call's own duration, its result read
+    to the end.
     """
     keys = list(group.keys)
+    started = time.perf_counter()
+    verdicts, failure, detail = _answer(backend, keys, group.req_context)
+    return GroupOutcome(group, verdicts, failure, detail, call_s=time.perf_counter() - started)
+
+
+_Answer = tuple[tuple[bool, ...] | None, FailureKind | None, str]
+
+
+def _answer(backend: Backend, keys: list[Key], req_context: object) -> _Answer:
+    """The backend's verdicts for ``keys``, or the failure and its detail (never raises an ``Exception``)."""
     expected = len(keys)
     try:
-        result = backend.batch_lookup(keys, group.req_context)
+        result = backend.batch_lookup(keys, req_context)
     except Exception as exc:
-        return GroupOutcome(group, None, FailureKind.RAISED, describe_exception(exc))
+        return None, FailureKind.RAISED, describe_exception(exc)
     if type(result) is list and len(result) == expected and set(map(type, result)) <= _BOOL_ONLY:
         # The common answer, checked in C: a large group's verdicts would
         # otherwise hold the GIL for a Python loop the scheduler waits on.
-        return GroupOutcome(group, tuple(result))
+        return tuple(result), None, ""
     verdicts: list[bool] = []
     try:
         for verdict in result:
             if len(verdicts) == expected:
-                return GroupOutcome(group, None, FailureKind.LONG_RESULT, f"more than {expected} results")
+                return None, FailureKind.LONG_RESULT, f"more than {expected} results"
             if verdict is not True and verdict is not False:
-                return GroupOutcome(
-                    group, None, FailureKind.BAD_VERDICT, f"result {len(verdicts)} is {type(verdict).__name__}"
-                )
+                return None, FailureKind.BAD_VERDICT, f"result {len(verdicts)} is {type(verdict).__name__}"
             verdicts.append(verdict)
     except Exception as exc:
-        return GroupOutcome(group, None, FailureKind.RAISED_WHILE_ITERATING, describe_exception(exc))
+        return None, FailureKind.RAISED_WHILE_ITERATING, describe_exception(exc)
     if len(verdicts) < expected:
-        return GroupOutcome(group, None, FailureKind.SHORT_RESULT, f"{len(verdicts)} results for {expected} keys")
-    return GroupOutcome(group, tuple(verdicts))
+        return None, FailureKind.SHORT_RESULT, f"{len(verdicts)} results for {expected} keys"
+    return tuple(verdicts), None, ""
 
 
 _BOOL_ONLY = frozenset({bool})
