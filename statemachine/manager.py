@@ -78,8 +78,8 @@ class AsyncLookupManager:
         max_concurrent_groups: how many request groups the threaded worker
             runs at once (one slow group holds back no other).
         busy_call_hold_s: the longest that running calls which keep a CPU
-            busy (rather than wait) hold back a further group; 0 starts one
-            whenever a slot is free.
+            busy (rather than wait) hold back a further group, counted from
+            its slot being free; 0 starts one whenever a slot is free.
         checked: verify the one-thread rule on every call (``lookup`` and
             ``shutdown`` included) and every invariant after each call (slow;
             for tests and debugging).
