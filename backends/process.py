@@ -51,7 +51,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kvprobe.backends._cpu_clock import schedstat_busy_seconds
+from kvprobe.backends._cpu_clock import process_threads_busy_seconds
 from kvprobe.backends.base import Backend, Key
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_HELPER_NICE", "HelperProcessError", "ProcessBackend"]
@@ -167,10 +167,10 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
 
 
 def process_busy_seconds(pid: int) -> float:
-    """Seconds process ``pid`` has run or waited in the run queue (0.0 if unreadable)."""
+    """Seconds the threads of process ``pid`` have run or waited in the run queue (0.0 if unreadable)."""
     try:
-        return schedstat_busy_seconds(f"/proc/{pid}/schedstat")
-    except (OSError, ValueError, IndexError):
+        return process_threads_busy_seconds(pid)
+    except OSError:
         return 0.0
 
 
@@ -324,9 +324,10 @@ class ProcessBackend:
 
     def cpu_seconds_of(self, thread_id: int) -> float:
         """Seconds the helper serving thread ``thread_id``'s current call has been
-        busy on it so far (running, or waiting in the run queue); 0.0 if that
-        thread makes no call (or where ``/proc`` has no ``schedstat``).
-        Never raises.
+        busy on it so far (running, or waiting in the run queue), every thread
+        of the helper counted (a tier may compute on a pool of its own while
+        the thread serving the pipe waits); 0.0 if that thread makes no call
+        (or where ``/proc`` has no ``schedstat``).  Never raises.
 
         The manager's worker reads it to tell a call that computes from one
         that waits (:mod:`kvprobe.statemachine.cpu_gate`).

@@ -12,11 +12,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
 from fault_harness import drive, finish, keys
 from helper_backends import marker, scripted_factory
+from pool_helper_backend import PoolSpinBackend
 
 from kvprobe.backends import InMemoryBackend, ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, InvalidInputError, InvalidValueError, ThreadedWorker
@@ -361,22 +363,38 @@ def test_bad_hold_is_a_typed_error(value: object, error: type[Exception], messag
 # --- helper processes -----------------------------------------------------------
 
 
+def _helper_cpu_during_call(backend: ProcessBackend, keys: list[bytes]) -> list[float]:
+    """``backend.cpu_seconds_of`` its caller, read while a call of ``keys`` runs, until it passes 0.1 s."""
+    assert backend.cpu_seconds_of(threading.get_ident()) == 0.0  # no call made
+    seen: list[float] = []
+    caller = threading.Thread(target=backend.batch_lookup, args=(keys, None))
+    caller.start()
+    assert caller.ident is not None
+    for _ in range(50):
+        seen.append(backend.cpu_seconds_of(caller.ident))
+        if seen[-1] > 0.1:
+            break
+        time.sleep(0.02)
+    caller.join()
+    assert backend.cpu_seconds_of(caller.ident) == 0.0  # the call is over
+    return seen
+
+
 def test_process_backend_reports_the_cpu_its_helper_spends_on_a_call(tmp_path: Path) -> None:
     backend = ProcessBackend(scripted_factory(tmp_path))
     try:
-        assert backend.cpu_seconds_of(threading.get_ident()) == 0.0  # no call made
-        seen: list[float] = []
-        caller = threading.Thread(target=backend.batch_lookup, args=([marker("spin", 0.6)], None))
-        caller.start()
-        assert caller.ident is not None
-        for _ in range(50):
-            seen.append(backend.cpu_seconds_of(caller.ident))
-            if seen[-1] > 0.1:
-                break
-            time.sleep(0.02)
-        caller.join()
+        seen = _helper_cpu_during_call(backend, [marker("spin", 0.6)])
         assert seen[-1] > 0.1, f"the helper spun, yet its CPU read {seen}"
-        assert backend.cpu_seconds_of(caller.ident) == 0.0  # the call is over
+    finally:
+        backend.close()
+
+
+def test_process_backend_counts_every_thread_of_its_helper() -> None:
+    # The helper's main thread waits while a pool thread of the tier computes.
+    backend = ProcessBackend(partial(PoolSpinBackend, 0.6))
+    try:
+        seen = _helper_cpu_during_call(backend, [b"k"])
+        assert seen[-1] > 0.1, f"the helper's pool thread spun, yet its CPU read {seen}"
     finally:
         backend.close()
 
