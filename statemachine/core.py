@@ -69,6 +69,7 @@ from kvprobe.statemachine.types import (
     InvalidInputError,
     InvariantViolation,
     Key,
+    KvprobeError,
     ProbeGroup,
     Stats,
     is_death_marker,
@@ -184,7 +185,12 @@ class LookupCore:
             # Inside the try: an unhashable req_id fails here, and must be
             # reported as bad input like any other bad req_id.
             request = self.requests.get(req_id)
-        except (TypeError, AttributeError, ValueError) as exc:
+        except KvprobeError:
+            raise  # the closed tables of a shutdown racing this call
+        except Exception as exc:
+            # Whatever a bad key's hash or a req_id property raised: with an
+            # exact bytes key and str id nothing here can raise.  Free when
+            # nothing raises (CPython 3.11 and mypyc alike).
             raise bad_lookup(key, req_context) from exc
         # This path runs for every new (key, request) pair.  A join is written
         # inline (a method call would be a tenth of its cost); a new probe
@@ -238,9 +244,10 @@ class LookupCore:
 
         Raises:
             InvalidInputError: ``keys`` is not a sequence of keys (a single
-                ``bytes``/``str`` is refused), some element is not exactly
-                ``bytes``, or ``req_context`` has no ``req_id`` that is exactly
-                a ``str``.  Nothing changed: a walk that would change
+                ``bytes``/``str`` is refused) or reading it raises, some
+                element is not exactly ``bytes`` (its hash may even raise),
+                or ``req_context`` has no ``req_id`` that is exactly a
+                ``str`` (or reading it raises).  Nothing changed: a walk that would change
                 something checks every key first, the ones after its stop
                 included; a walk that only reads checks the keys it reads
                 (as the single lookups would: none after the stop).

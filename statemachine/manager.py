@@ -193,7 +193,8 @@ class AsyncLookupManager:
 
         Raises:
             InvalidInputError: ``key`` is not ``bytes``, or ``req_context``
-                has no string ``req_id``.  Nothing changed.
+                has no string ``req_id`` (also when hashing the key or
+                reading the id raises, whatever it raises).  Nothing changed.
             ManagerClosedError: after ``shutdown``.
         """
         self._guard()
@@ -214,7 +215,8 @@ class AsyncLookupManager:
 
         Raises:
             InvalidInputError: ``keys`` is not a sequence of ``bytes``, or
-                ``req_context`` has no string ``req_id``.  Nothing changed
+                ``req_context`` has no string ``req_id`` (also when reading
+                either raises, whatever it raises).  Nothing changed
                 (a walk that changes something checks every key first; one
                 that only reads checks the keys up to its stop).
             ManagerClosedError: after ``shutdown``.
