@@ -11,12 +11,12 @@ turns whatever the backend does into an outcome.
 
 from __future__ import annotations
 
-import numbers
 import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
 
+from kvprobe.backends._timeouts import check_seconds
 from kvprobe.backends.base import Backend, Key
 from kvprobe.statemachine.types import (
     Batch,
@@ -135,10 +135,7 @@ def check_timeout(name: str, value: object) -> float:
             ``threading.TIMEOUT_MAX`` (an ``Event.wait`` would raise
             ``OverflowError`` on the worker for every group).
     """
-    seconds = _seconds(name, value)
-    if not 0 < seconds <= threading.TIMEOUT_MAX:
-        raise InvalidValueError(f"{name} must be positive and finite, got {value!r} {_AT_MOST_TIMEOUT_MAX}")
-    return seconds
+    return _seconds_threading_waits(name, value, zero_ok=False)
 
 
 def check_hold(name: str, value: object) -> float:
@@ -148,20 +145,19 @@ def check_hold(name: str, value: object) -> float:
         InvalidInputError: not a real number (``bool`` excluded).
         InvalidValueError: negative, not finite, or above ``threading.TIMEOUT_MAX``.
     """
-    seconds = _seconds(name, value)
-    if not 0 <= seconds <= threading.TIMEOUT_MAX:
-        raise InvalidValueError(f"{name} must be 0 or more and finite, got {value!r} {_AT_MOST_TIMEOUT_MAX}")
-    return seconds
+    return _seconds_threading_waits(name, value, zero_ok=True)
 
 
-def _seconds(name: str, value: object) -> float:
-    """``value`` as a float, if it is a real number other than a ``bool`` (else InvalidInputError)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    return float(value)
-
-
-_AT_MOST_TIMEOUT_MAX = f"(at most threading.TIMEOUT_MAX = {threading.TIMEOUT_MAX:.0f} s)"
+def _seconds_threading_waits(name: str, value: object, *, zero_ok: bool) -> float:
+    return check_seconds(
+        name,
+        value,
+        limit=threading.TIMEOUT_MAX,
+        limit_name="threading.TIMEOUT_MAX",
+        zero_ok=zero_ok,
+        wrong_type=InvalidInputError,
+        wrong_value=InvalidValueError,
+    )
 
 
 def check_count(name: str, value: object) -> int:
