@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from kvprobe.statemachine.inputs import chain_keys, chain_req_id, check_chain_keys
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import IN_FLIGHT, PENDING
-from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError
+from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, KvprobeError
 
 if TYPE_CHECKING:
     from kvprobe.statemachine.core import LookupCore
@@ -70,7 +70,16 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
     if registered is not None:
         start, first_unknown, stopped_at = _walk_held(registered.states, asked)
     if stopped_at < 0 and start < len(asked):
-        first_unknown, stopped_at = _walk_table(core, asked, start, first_unknown, verified, req_id, req_context)
+        try:
+            first_unknown, stopped_at = _walk_table(core, asked, start, first_unknown, verified, req_id, req_context)
+        except KvprobeError:
+            raise
+        except Exception:
+            # A key's own hash or comparison raised while the walk only read
+            # (every key is checked before the first change): name the first
+            # key that is not bytes.  All bytes: not the caller's fault.
+            check_chain_keys(asked, 0)
+            raise
     if stopped_at >= 0:
         # The stopping key was looked up too.
         hits = stopped_at if first_unknown < 0 else first_unknown
