@@ -101,9 +101,15 @@ _BACKEND_ERRORS: Final = frozenset(
 _NO_CALL: Final = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
 
 
-def _miscounted(outcome: GroupOutcome) -> GroupOutcome:
-    """``outcome``, whose verdicts do not match its group's keys in number, as the failure that is."""
-    given, expected = len(outcome.verdicts or ()), len(outcome.group.states)
+def as_applied(outcome: GroupOutcome) -> GroupOutcome:
+    """``outcome`` as :meth:`LookupCore.apply` applies it (the tracing core logs this form).
+
+    An outcome whose verdicts do not match its group's keys in number is the
+    failure it is (SHORT_RESULT or LONG_RESULT); any other is itself.
+    """
+    if outcome.verdicts is None or len(outcome.verdicts) == len(outcome.group.states):
+        return outcome
+    given, expected = len(outcome.verdicts), len(outcome.group.states)
     failure = FailureKind.SHORT_RESULT if given < expected else FailureKind.LONG_RESULT
     detail = f"the worker published {given} verdicts for {expected} keys"
     return GroupOutcome(outcome.group, None, failure, detail, outcome.late, outcome.call_s)
@@ -361,8 +367,7 @@ class LookupCore:
             # is: a stuck call's late answer then finds its keys resolved.
             self._fail_open_groups(FailureKind.WORKER_DIED, outcome.detail)
             return
-        if outcome.verdicts is not None and len(outcome.verdicts) != len(group.states):
-            outcome = _miscounted(outcome)
+        outcome = as_applied(outcome)
         stats = self._stats
         first = self.outstanding.pop(group.group_id, None) is not None
         if outcome.late:

@@ -7,6 +7,7 @@ keys.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Sequence
@@ -16,7 +17,8 @@ import pytest
 from fault_harness import Reliability, counters, drive, finish, keys, still_serves
 
 from kvprobe.backends import InMemoryBackend
-from kvprobe.statemachine import AsyncLookupManager, ManagerClosedError, ReqContext, ThreadedWorker
+from kvprobe.statemachine import AsyncLookupManager, ManagerClosedError, NdjsonTrace, ReqContext, ThreadedWorker
+from kvprobe.statemachine.trace import read_ndjson
 from kvprobe.statemachine.types import Batch, GroupOutcome
 from kvprobe.testing.lifetimes import nothing_outlives
 
@@ -377,3 +379,13 @@ def test_an_outcome_with_the_wrong_number_of_verdicts_resolves_every_key_as_miss
         assert m.core.outstanding == {}
         finish(m, ["r"])
         assert len(m) == 0
+
+
+@pytest.mark.parametrize("extra", [-1, 2])
+def test_a_miscounted_outcome_is_traced_as_the_failure_the_core_applied(extra: int) -> None:
+    stream = io.StringIO()
+    with AsyncLookupManager(InMemoryBackend(), worker=MiscountingWorker(extra), trace=NdjsonTrace(stream)) as m:
+        drive(m, {"r": keys("traced", 2)}, bound_s=5.0)
+        finish(m, ["r"])
+    (drain,) = [e for e in read_ndjson(stream.getvalue().splitlines()) if e["action"] == "Drain"]
+    assert (drain["verdicts"], drain["failure"]) == (None, "short_result" if extra < 0 else "long_result")
