@@ -92,4 +92,14 @@ NeverTwoKeysForced == [][~TwoKeysForced]_vars
 PublishedAfterShutdown == down /\ Len(resq') > Len(resq)
 NeverPublishedAfterShutdown == [][~PublishedAfterShutdown]_vars
 
+\* Issue 29: a group's outcome is applied while another group is still
+\* running (held by the worker): a published outcome does not wait for the
+\* rest of its batch.  (The witness's other group is of the same batch:
+\* tests/tla/test_tla_check.py checks that.)
+AppliedBesideRunning == \E k \in Keys :
+    /\ Draining /\ Head(resq).kind = "ok" /\ ~Head(resq).late
+    /\ phase[k] = IN_FLIGHT /\ phase'[k] = RESOLVED
+    /\ \E G \in taken : G # Head(resq).grp
+NeverAppliedBesideRunning == [][~AppliedBesideRunning]_vars
+
 =============================================================================
