@@ -53,6 +53,7 @@ __all__ = [
     "diagram_markdown",
     "format_trace",
     "main",
+    "reach_config",
 ]
 
 EXIT_OK = 0
@@ -262,15 +263,20 @@ def _run(spec: Path, cfg_text: str, workers: int, progress: TlcProgress, what: s
         return progress.run(what, spec, cfg, workers=workers)
 
 
+def reach_config(cfg: str, prop: str) -> str:
+    """A reachability config's text (``tla/reach.cfg``) with only the property ``prop``: one TLC run's config."""
+    head, _, _ = cfg.partition("PROPERTIES")
+    return f"{head}PROPERTIES\n    {prop}\n"
+
+
 def _check_reach(
     spec: Path, name: str, cfg: str, mutant: str | None, workers: int, progress: TlcProgress, raw: bool
 ) -> int:
     """Run TLC once per property of a reachability config (with ``mutant``'s overrides); each must be violated."""
     props = _properties(cfg)
-    head, _, _ = cfg.partition("PROPERTIES")
     missing = []
     for prop in props:
-        one = f"{head}PROPERTIES\n    {prop}\n"
+        one = reach_config(cfg, prop)
         one = one if mutant is None else mutant_config(one, mutant)
         result = _run(spec, one, workers, progress, f"{name}.cfg ({prop})")
         if result.outcome == "invariant" and result.property == prop:
