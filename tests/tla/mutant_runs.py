@@ -14,7 +14,6 @@ TLC if no test asked for that config before).
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,12 +28,29 @@ from kvprobe.tlc_mutants import find_mutant, mutant_config, root_module
 _FOLDER = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
 
 
-@functools.cache
 def _cached_run(spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...]) -> TlcResult:
-    """One TLC run per (model, config text, workers, arguments) per session."""
-    cfg = _FOLDER / f"run-{abs(hash((spec, cfg_text, workers, extra_args)))}.cfg"
-    cfg.write_text(cfg_text)
-    return run_tlc(spec, cfg, workers=workers, extra_args=extra_args)
+    """One TLC run per (model, config text, workers, arguments) per session.
+
+    The model is its modules' text, not their folder: a test's copy of tla/
+    (``KVPROBE_TLA_DIR``) shares the runs of tla/ itself while it holds the
+    same modules.
+    """
+    modules = tuple(sorted((p.name, p.read_text()) for p in spec.parent.glob("*.tla")))
+    return _run_once(spec.name, modules, spec, cfg_text, workers, extra_args)
+
+
+_RUNS: dict[tuple[object, ...], TlcResult] = {}
+
+
+def _run_once(
+    name: str, modules: tuple[tuple[str, str], ...], spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...]
+) -> TlcResult:
+    key = (name, modules, cfg_text, workers, extra_args)
+    if key not in _RUNS:
+        cfg = _FOLDER / f"run-{abs(hash(key))}.cfg"
+        cfg.write_text(cfg_text)
+        _RUNS[key] = run_tlc(spec, cfg, workers=workers, extra_args=extra_args)
+    return _RUNS[key]
 
 
 def mutant_run(mutant: str, clause: str) -> TlcResult:
