@@ -28,6 +28,10 @@ from kvprobe.tlc_mutants import find_mutant, mutant_config, root_module
 _FOLDER = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
 
 
+#: The runs made so far, by (root module, every module's text, config text, workers, arguments).
+_RUNS: dict[tuple[object, ...], TlcResult] = {}
+
+
 def _cached_run(spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...]) -> TlcResult:
     """One TLC run per (model, config text, workers, arguments) per session.
 
@@ -36,16 +40,7 @@ def _cached_run(spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, 
     same modules.
     """
     modules = tuple(sorted((p.name, p.read_text()) for p in spec.parent.glob("*.tla")))
-    return _run_once(spec.name, modules, spec, cfg_text, workers, extra_args)
-
-
-_RUNS: dict[tuple[object, ...], TlcResult] = {}
-
-
-def _run_once(
-    name: str, modules: tuple[tuple[str, str], ...], spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...]
-) -> TlcResult:
-    key = (name, modules, cfg_text, workers, extra_args)
+    key = (spec.name, modules, cfg_text, workers, extra_args)
     if key not in _RUNS:
         cfg = _FOLDER / f"run-{abs(hash(key))}.cfg"
         cfg.write_text(cfg_text)
