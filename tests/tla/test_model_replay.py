@@ -21,6 +21,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from model_replay import (
@@ -411,19 +412,19 @@ def test_the_reference_model_applies_an_outcome_beside_a_running_group_of_its_ba
     cfg.write_text("\n".join(line for line in text.splitlines() if not line.startswith("SYMMETRY")) + "\n")
     result = run_tlc(tla_dir() / "MC.tla", cfg)
     assert (result.outcome, result.property) == ("invariant", "NeverAppliedBesideRunning"), result.errors
-    states = _states([step.values for step in result.trace])
+    states: list[dict[str, Any]] = _states([step.values for step in result.trace])
     actions = [step.action.split()[0] for step in result.trace]
     assert actions[-1] == "Drain"
-    applied = states[-2]["resq"][0]["grp"]  # type: ignore[index]
-    running = [g for g in states[-2]["taken"] if g != applied]  # type: ignore[attr-defined]
-    batches = [set(d["taken"]) - set(s["taken"]) for s, d in itertools.pairwise(states)]  # type: ignore[call-overload]
+    applied = states[-2]["resq"][0]["grp"]
+    running = [g for g in states[-2]["taken"] if g != applied]
+    batches = [set(d["taken"]) - set(s["taken"]) for s, d in itertools.pairwise(states)]
     assert any(applied in b and any(g in b for g in running) for b in batches), "not taken in one batch"
     # The reference model takes every step of the witness, to the same states.
-    keys = frozenset(view_of_tla(states[0])["keys"])  # type: ignore[arg-type]
+    keys: frozenset[bytes] = view_of_tla(states[0])["keys"]  # type: ignore[assignment]
     for i, (source, dest) in enumerate(itertools.pairwise(states), start=1):
         after = replay_edge(actions[i], to_model(source), source, dest)
         assert differences(view_of_tla(dest), view_of_model(after, keys)) == [], actions[i]
     # ... and a lookup then sees the verdict while the other group's call still runs.
-    key = next(iter(applied["probes"]))[0]  # type: ignore[index]
-    after, verdict = model.lookup(to_model(states[-1]), str(key).encode(), str(applied["req"]))  # type: ignore[index]
+    key = next(iter(applied["probes"]))[0]
+    after, verdict = model.lookup(to_model(states[-1]), str(key).encode(), str(applied["req"]))
     assert verdict is not None and after.taken, (verdict, after.taken)

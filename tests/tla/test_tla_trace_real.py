@@ -398,7 +398,7 @@ def test_a_group_answered_beside_a_running_group_of_its_batch_is_applied_at_the_
         backend.gate.set()
         m.shutdown()
     (flush,) = [e for e in events if e["action"] == "Flush" and e["groups"]]
-    groups = {str(g["req"]): g["group"] for g in flush["groups"]}  # type: ignore[attr-defined, index]
+    groups = {str(g["req"]): g["group"] for g in flush["groups"]}  # type: ignore[attr-defined]
     assert set(groups) == {"slow", "r0"}, "both groups in one batch"
     order = [(e["action"], e.get("group")) for e in events]
     assert order.index(("Drain", groups["r0"])) < order.index(("CompleteGroup", groups["slow"]))
