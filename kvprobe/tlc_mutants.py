@@ -50,13 +50,17 @@ class UnknownMutant(ValueError):
 @dataclass(frozen=True)
 class Mutant:
     """One mutant: its name, kind (a key of :data:`KINDS`), a one-line summary,
-    and the operators of KVProbe.tla it replaces (name -> the KVProbeMutants.tla
-    operator put in its place)."""
+    the operators of KVProbe.tla it replaces (name -> the KVProbeMutants.tla
+    operator put in its place), and the config (``tla/NAME.cfg``) whose check
+    catches it: ``default`` for most; ``vllm`` for a defect of the vLLM
+    drop-in's flavour; ``reach`` for one that only removes behaviours (a
+    reachability witness disappears)."""
 
     name: str
     kind: str
     summary: str
     overrides: Mapping[str, str]
+    config: str = "default"
 
 
 def _named(name: str, summary: str, **overrides: str) -> Mutant:
@@ -65,6 +69,10 @@ def _named(name: str, summary: str, **overrides: str) -> Mutant:
 
 def _spec(name: str, summary: str, **overrides: str) -> Mutant:
     return Mutant(name, "spec", summary, overrides)
+
+
+def _spec_on(config: str, name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "spec", summary, overrides, config)
 
 
 #: Every mutant, named ones first (DESIGN's field defects), then the spec mutants.
@@ -165,6 +173,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "saturate-publishes-nothing",
         "Saturate takes the group but publishes nothing",
         SaturateOf="SaturatesSilently",
+    ),
+    # Outputs and verdicts pinned to what happened elsewhere (issues 26, 29, 25).
+    _spec(
+        "lookup-answers-pending-miss",
+        "a lookup joining a PENDING probe answers MISS instead of 'ask again'",
+        JoinAnswer="PendingAnswersMiss",
+    ),
+    _spec(
+        "saturate-answers-stored",
+        "a saturated group (no call made) is published as answered, every key stored",
+        SaturateOf="SaturatesAsStored",
+    ),
+    _spec(
+        "stale-answer-applied",
+        "Drain applies an outcome of another generation with its own probe's answer",
+        OutcomeMatches="MatchesAnyGeneration",
+        OutcomeAnswer="AnswerOfItsProbe",
+    ),
+    _spec(
+        "mark-miss-skips-unresolved",
+        "the native MarkMiss leaves PENDING and IN_FLIGHT keys alone (vLLM 0.33's)",
+        MarkMissForces="ForcesResolvedOnly",
+    ),
+    _spec_on(
+        "vllm",
+        "mark-miss-forces-unresolved",
+        "the drop-in's MarkMiss forces PENDING and IN_FLIGHT keys too (the native one)",
+        MarkMissForces="ForcesEveryLiveKey",
+    ),
+    _spec_on(
+        "reach",
+        "worker-holds-until-idle",
+        "a group's answer is published only once no other group is running",
+        CompleteGroupOf="PublishesWhenIdle",
     ),
 )
 
