@@ -171,10 +171,12 @@ class RetryPlan:
 
     A driver (the thread pool of :class:`ChunkedLookup`, or the fleet
     simulator's virtual clock in ``bench.fleet``) asks :meth:`due` for the
-    chunks to query now, reports each query's outcome with :meth:`answered`
-    or :meth:`failed` (or gives a chunk up with :meth:`shed`), sleeps until
-    :meth:`next_retry_at` or the next outcome, and at the deadline (or when
-    :attr:`finished`) calls :meth:`settle`.
+    chunks to query now (or, to size each first query when it is sent,
+    :meth:`due_retries` and :meth:`next_first`), reports each query's outcome
+    with :meth:`answered` or :meth:`failed` (or gives chunks up with
+    :meth:`shed` and :meth:`shed_unsent`), sleeps until :meth:`next_retry_at`
+    or the next outcome, and at the deadline (or when :attr:`finished`) calls
+    :meth:`settle`.
 
     Args:
         n: names in the call.
@@ -198,7 +200,8 @@ class RetryPlan:
         self.queries = self.failed_queries = self.retried = 0
         self.failures: Counter[str] = Counter()  # failed queries by cause
         self._rng = rng
-        self._first = [Chunk(start, min(n, start + chunk), 0) for start in range(0, n, chunk)]
+        self.chunk = chunk
+        self._unsent = 0  # names from here on have not been handed out for a first query
         self._retries: list[_Retry] = []
         self._open = n  # names neither answered nor shed
 
@@ -208,8 +211,27 @@ class RetryPlan:
         return self._open == 0
 
     def due(self, now: float) -> list[Chunk]:
-        """The chunks to query now: the first chunks (once), then retries whose backoff has passed."""
-        out, self._first = self._first, []
+        """The chunks to query now: the first chunks of ``chunk`` names (once), then the retries due."""
+        out = []
+        while (first := self.next_first(self.chunk)) is not None:
+            out.append(first)
+        return out + self.due_retries(now)
+
+    def next_first(self, size: int) -> Chunk | None:
+        """The next ``size`` names not yet queried, as a first chunk (None: every name was handed out)."""
+        if self._unsent >= self.n:
+            return None
+        start, self._unsent = self._unsent, min(self.n, self._unsent + max(1, size))
+        return Chunk(start, self._unsent, 0)
+
+    @property
+    def unsent(self) -> bool:
+        """Some names were never handed out for a first query."""
+        return self._unsent < self.n
+
+    def due_retries(self, now: float) -> list[Chunk]:
+        """The retries whose backoff has passed, earliest first."""
+        out = []
         while self._retries and self._retries[0].ready_at <= now:
             out.append(heapq.heappop(self._retries).chunk)
         return out
@@ -255,6 +277,12 @@ class RetryPlan:
             if self.verdicts[i] is None and not self.shed_keys[i]:
                 self.shed_keys[i] = True
                 self._open -= 1
+
+    def shed_unsent(self) -> None:
+        """Give up every name not yet handed out for a first query."""
+        if self.unsent:
+            self.shed(Chunk(self._unsent, self.n, 0))
+            self._unsent = self.n
 
     def settle(self, in_flight: Iterable[Chunk]) -> tuple[list[bool], int, dict[str, int]]:
         """The verdicts (``False`` for a name unanswered), how many names were answered, and the counts.
@@ -401,13 +429,11 @@ class ChunkedLookup:
         """
         if self._closed:
             raise RuntimeError("the object backend was closed")
-        with self._lock:
-            size = self.sizes.size
-        call = _Call(self, names, RetryPlan(len(names), size, self.retry, self._rng, time.monotonic(), deadline_s))
-        plan = call.plan
+        plan = RetryPlan(len(names), self.chunk, self.retry, self._rng, time.monotonic(), deadline_s)
+        call = _Call(self, names, plan)
         while True:
             now = time.monotonic()
-            call.backlog.extend(plan.due(now))
+            call.backlog.extend(plan.due_retries(now))
             call.dispatch(now)
             if now >= plan.end or plan.finished or not call.pending():
                 break
@@ -426,6 +452,11 @@ class ChunkedLookup:
         verdicts, answered, counts = call.end()
         self.counters.add(**counts)
         return RunResult(verdicts, answered, counts["shed"])
+
+    def query_size(self) -> int:
+        """Keys per query now (see :class:`QuerySize`)."""
+        with self._lock:
+            return self.sizes.size
 
     def _record(self, plan: RetryPlan, chunk: Chunk, outcome: _Outcome) -> None:
         keys = chunk.stop - chunk.start
@@ -483,19 +514,26 @@ class _Call:
         self.paced = 0
 
     def pending(self) -> bool:
-        """Something is running, held, queued or waiting for its backoff."""
-        return bool(self.running or self.held or self.backlog) or self.plan.next_retry_at() is not None
+        """Something is running, held, queued, not yet sent or waiting for its backoff."""
+        plan = self.plan
+        return bool(self.running or self.held or self.backlog) or plan.unsent or plan.next_retry_at() is not None
 
     def dispatch(self, now: float) -> None:
-        """Submit what the pace allows: at most ``agents`` queries of this call in the pool, one held ahead."""
+        """Submit what the pace allows: at most ``agents`` queries of this call in the pool, one held ahead.
+
+        Retries go first (their keys have waited longest); then the next
+        first query, of the size the query size has now.
+        """
         engine = self.engine
         if self.held is not None:
             if self.held[0] > now:
                 return
             self._submit(self.held[1])
             self.held = None
-        while self.backlog and len(self.running) < engine._agents:
-            chunk = self.backlog.popleft()
+        while len(self.running) < engine._agents:
+            chunk = self.backlog.popleft() if self.backlog else self.plan.next_first(engine.query_size())
+            if chunk is None:
+                return
             if engine.pacer is None:
                 self._submit(chunk)
                 continue
@@ -504,6 +542,7 @@ class _Call:
                 for given_up in (chunk, *self.backlog):
                     self.plan.shed(given_up)
                 self.backlog.clear()
+                self.plan.shed_unsent()
                 return
             if at > time.monotonic():  # the pace's clock has moved on since `now`
                 self.held = (at, chunk)

@@ -9,44 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from obj_fakes import FakeStore
 
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
-
-
-class FakeStore:
-    def __init__(self, stored: set[str], fail_times: dict[str, int], delay_s: float = 0.0) -> None:
-        self.stored = stored
-        self.fail_times = Counter(fail_times)  # how many more times a query holding the name fails
-        self.delay_s = delay_s
-        self.sizes: list[int] = []
-        self.order: list[str] = []  # each query's first name, in the order queries started
-        self.lock = threading.Lock()
-        self.concurrent = 0
-        self.peak = 0
-
-    def query(self, names: Sequence[str]) -> list[Any]:
-        with self.lock:
-            self.sizes.append(len(names))
-            self.order.append(names[0])
-            self.concurrent += 1
-            self.peak = max(self.peak, self.concurrent)
-            failing = [n for n in names if self.fail_times[n] > 0]
-            for n in failing:
-                self.fail_times[n] -= 1
-        try:
-            if self.delay_s:
-                time.sleep(self.delay_s)
-            if failing:
-                raise RuntimeError("NIXL_ERR_BACKEND")
-            return [{} if n in self.stored else None for n in names]
-        finally:
-            with self.lock:
-                self.concurrent -= 1
 
 
 def _engine(store: FakeStore, **kw: Any) -> ChunkedLookup:
