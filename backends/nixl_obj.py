@@ -89,20 +89,19 @@ import os
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
 from kvprobe.backends._nixl_import import AgentPool
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
-from kvprobe.backends._pacing import Pacer, parse_retry_after, shared_pacer
+from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
+from kvprobe.backends._pacing import Pacer, shared_pacer
 from kvprobe.backends.base import Key
 from kvprobe.backends.layout import relative_name
 
 __all__ = ["BucketNotFoundError", "NixlObjBackend", "ObjStoreUnavailableError", "classify_failure", "retry_after_of"]
 
-_ENV_LOCK = threading.Lock()
 _PROBE_NAME = "kvprobe-connection-check/none"
 
 
@@ -112,81 +111,6 @@ class ObjStoreUnavailableError(ConnectionError):
 
 class BucketNotFoundError(ObjStoreUnavailableError):
     """The bucket does not exist at the endpoint."""
-
-
-@contextmanager
-def _bounded_sdk_retries(max_attempts: int | None) -> Iterator[None]:
-    """Set the AWS SDK retry variables while a NIXL OBJ backend is created."""
-    if max_attempts is None:
-        yield
-        return
-    wanted = {"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": str(max_attempts)}
-    with _ENV_LOCK:
-        saved = {name: os.environ.get(name) for name in wanted}
-        os.environ.update(wanted)
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-
-
-#: A NIXL query failing after this long had a HEAD time out: the AWS SDK
-#: inside NIXL gives up on a request that transferred nothing for 3 s
-#: (measured here: a frozen server fails a query after 3.0 s, curl code 28).
-_NIXL_TIMEOUT_S = 2.7
-
-
-def classify_failure(exc: BaseException, elapsed_s: float) -> str:
-    """Why a lookup query failed: ``throttled``, ``server_error``, ``reset``, ``timed_out`` or ``other``.
-
-    boto3's errors say it exactly (the HTTP status of a ``ClientError``, the
-    exception type of a transport error).  A NIXL query raises the same
-    ``NIXL_ERR_BACKEND`` for a 503, a 500 and a reset, so it is ``other``,
-    unless it took as long as the SDK's request timeout: ``timed_out``.
-    """
-    try:
-        from botocore.exceptions import (
-            ClientError,
-            ConnectionClosedError,
-            ConnectTimeoutError,
-            ReadTimeoutError,
-        )
-    except ImportError:
-        pass
-    else:
-        if isinstance(exc, ClientError):
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if status == 503 or code == "SlowDown":
-                return "throttled"
-            if isinstance(status, int) and status >= 500:
-                return "server_error"
-            return "other"
-        if isinstance(exc, (ConnectionClosedError, ConnectionResetError)):
-            return "reset"
-        if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
-            return "timed_out"
-    if isinstance(exc, ConnectionResetError):
-        return "reset"
-    if isinstance(exc, TimeoutError) or elapsed_s >= _NIXL_TIMEOUT_S:
-        return "timed_out"
-    return "other"
-
-
-def retry_after_of(exc: BaseException) -> float | None:
-    """The seconds of a failure's ``Retry-After`` header (boto3's errors carry the headers), or None."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return None
-    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    if not isinstance(headers, dict):
-        return None
-    value = next((v for k, v in headers.items() if str(k).lower() == "retry-after"), None)
-    return parse_retry_after(str(value)) if value is not None else None
 
 
 def _has_boto3() -> bool:
@@ -334,7 +258,7 @@ class NixlObjBackend:
             "OBJ",
             params,
             max_agents=self.agents + 1,  # one more for check_connection while lookups run
-            before_create=lambda: _bounded_sdk_retries(max_attempts),
+            before_create=lambda: bounded_sdk_retries(max_attempts),
         )
         #: The store's pace, shared by every backend of the process on the
         #: same endpoint, bucket and prefix (see :mod:`kvprobe.backends._pacing`).
