@@ -276,8 +276,10 @@ class _Call:
     def dispatch(self, now: float) -> None:
         """Submit what the pace allows: at most ``agents`` queries of this call in the pool, one held ahead.
 
-        Retries go first (their keys have waited longest); then the next
-        first query, of the size the query size has now.
+        Every key is asked once before any is asked again (the next first
+        query, of the size queries have now, then the retries due): under an
+        outage or heavy throttling a key never asked would otherwise wait
+        behind retries that keep failing.
         """
         engine = self.engine
         if self.held is not None:
@@ -286,7 +288,9 @@ class _Call:
             self._submit(self.held[1])
             self.held = None
         while len(self.running) < engine._agents:
-            chunk = self.backlog.popleft() if self.backlog else self.plan.next_first(engine.query_size())
+            chunk = self.plan.next_first(engine.query_size()) if self.plan.unsent else None
+            if chunk is None and self.backlog:
+                chunk = self.backlog.popleft()
             if chunk is None:
                 return
             if engine.pacer is None:

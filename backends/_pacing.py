@@ -23,35 +23,40 @@ a lock and ``time.monotonic`` around one core.
   congestion signal (a ``503`` on a HEAD counts whether or not it has a
   body: a HEAD's never has one, which is why botocore's adaptive mode never
   paces on HEADs; NIXL reports a 503, a 500 and a reset alike, so all count).
-  Outcomes are judged per **window** (at least ``window_heads`` HEADs, or
-  ``window_max_s`` seconds), counting only queries sent after the window
+  Outcomes are judged per **window** (at least ``window_heads`` HEADs over
+  at least ``window_min_s``), counting only queries sent after the window
   opened: a failure of a query sent before the last decrease says nothing
-  about the new rate (TCP's one decrease per round trip).
+  about the new rate (TCP's one decrease per round trip); a pause in the
+  demand opens a new window (idle time is not a rate the store imposed).
 * **CUBIC.**  A window with failures sets ``w_max`` to the rate actually
-  achieved and the rate to ``beta * w_max``; after it the rate follows
-  ``w_max + c * (t - K)**3`` with ``K = cbrt(w_max * (1 - beta) / c)``: back
-  at ``w_max`` after ``K`` seconds, flat near it, then growing fast.  The
-  constants are botocore's adaptive mode's (``c = 0.4``, ``beta = 0.7``, a
-  floor of ``0.5`` requests/s), and the rate never exceeds twice the rate
-  measured (nor ``w_max``, whichever is higher), so an idle process does not
-  grow a rate it never used.  Why CUBIC rather than AIMD: its growth depends
-  on the time since the last decrease, not on how many requests a process
-  sent, so engines with different loads grow alike (AIMD per answer favours
-  the busiest); it returns to the last good rate in ``K`` seconds whatever
-  the scale (an additive step fitted to 5,500 HEAD/s is far too slow at 50);
-  and it probes fast far above it, where a split partition's doubled
-  capacity is.
+  achieved and the rate to ``beta * w_max``, held there until the next window
+  has checked the decrease; then the rate follows ``w_max + c * (t - K)**3``
+  with ``K = cbrt(w_max * (1 - beta) / c)``: back at ``w_max`` after ``K``
+  seconds, flat near it, then growing fast.  The constants are botocore's
+  adaptive mode's (``c = 0.4``, ``beta = 0.7``, a floor of ``0.5``
+  requests/s), and the rate never exceeds twice the rate measured (nor
+  ``w_max``, whichever is higher), so an idle process does not grow a rate
+  it never used.  Why CUBIC rather than AIMD: its growth depends on the time
+  since the last decrease, not on how many requests a process sent, so
+  engines with different loads grow alike (AIMD per answer favours the
+  busiest); it returns to the last good rate in ``K`` seconds whatever the
+  scale (an additive step fitted to 5,500 HEAD/s is far too slow at 50); and
+  it probes fast far above it, where a split partition's doubled capacity is.
 * **A decrease must help.**  A store that fails a fixed fraction of
-  requests whatever the rate (a fault, or a gateway's noise) would drive
-  any loss-based limiter to its floor.  So the window after a decrease
-  checks it: when failures remain, the pace was binding, and the answers per
-  second fell with the rate (below ``(1 + beta) / 2`` of before), the
-  failures do not come from our rate: the decrease is undone and the next
-  ones wait ``holdoff`` windows (doubling up to ``holdoff_max`` while
-  decreases keep not helping).  A store at its capacity keeps answering as
-  many per second at the lower rate (or stops failing), so there the
-  decrease stays.  A window in which the store answered nothing (an outage)
-  is no reason to slow down either: a store that is down is not congested.
+  requests whatever the rate (a fault, or a gateway's noise) would drive any
+  loss-based limiter to its floor (botocore's adaptive mode would send 0.5
+  requests/s under 20 % random 503s).  So the window after a decrease checks
+  it: when failures remain, the pace was the limit, the HEADs the store
+  answered per second fell with the rate (below ``(1 + beta) / 2`` of
+  before, counting the HEADs of failed queries it did answer) and the
+  failures per HEAD did not halve, the failures do not come from our rate:
+  every decrease since the store last kept up (a window without failures)
+  is undone, back to unpaced if it was, and the next decrease waits
+  ``holdoff`` windows (1, 2, 4, ... up to ``holdoff_max`` while decreases
+  keep not helping).  A store at its capacity keeps answering as many HEADs
+  per second at the lower rate, or stops failing: there the decrease stays.
+  A window in which the store answered nothing (an outage) decreases
+  nothing: a store that is down is not congested.
 * **Retry-After** (seconds or an HTTP date, as the store sends it) holds
   every reservation until then (at most ``max_hold_s``).
 * **Reservations** follow GCRA (a virtual-time token bucket): ``n`` HEADs
@@ -125,9 +130,11 @@ class PaceCore:
         c, beta, floor: CUBIC's scale (HEAD/s per s**3), its decrease factor,
             and the lowest rate (HEAD/s).
         burst_s: seconds of the rate that may go out at once.
-        window_heads, window_min_s, window_max_s: a window is judged once it
-            has this many HEADs' outcomes over at least ``window_min_s``, or
-            after ``window_max_s`` with at least one.
+        window_heads, window_min_s: a window is judged once it has this
+            many HEADs' outcomes over at least ``window_min_s``.
+        idle_s: a pause in reservations longer than this (or than two
+            reservations' worth of the rate) starts a new window: idle time
+            is not a rate the store imposed.
         holdoff_max: most windows a decrease waits after decreases that did not help.
         max_hold_s: the longest Retry-After honoured.
         start_rate: None: unpaced until the store pushes back; a rate
@@ -149,14 +156,14 @@ class PaceCore:
         burst_s: float = 0.1,
         window_heads: int = 64,
         window_min_s: float = 0.25,
-        window_max_s: float = 2.0,
+        idle_s: float = 0.5,
         holdoff_max: int = 64,
         max_hold_s: float = 30.0,
         start_rate: float | None = None,
     ) -> None:
         for name, value in (("c", c), ("floor", floor), ("burst_s", burst_s), ("window_min_s", window_min_s)):
             _check_positive(name, value)
-        _check_positive("window_max_s", window_max_s)
+        _check_positive("idle_s", idle_s)
         _check_positive("max_hold_s", max_hold_s)
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must be in (0, 1), got {beta!r}")
@@ -164,7 +171,7 @@ class PaceCore:
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ValueError(f"{name} must be a positive int, got {count!r}")
         self.c, self.beta, self.floor, self.burst_s = c, beta, floor, burst_s
-        self.window_heads, self.window_min_s, self.window_max_s = window_heads, window_min_s, window_max_s
+        self.window_heads, self.window_min_s, self.idle_s = window_heads, window_min_s, idle_s
         self.holdoff_max, self.max_hold_s = holdoff_max, max_hold_s
         self.stats = PaceStats()
         self.paced = False  # False until the first decrease: reservations start at once
@@ -175,6 +182,7 @@ class PaceCore:
         self.tat = now  # GCRA's theoretical arrival time
         self.hold_until = -math.inf  # Retry-After
         self._window = _Window(now)
+        self._last_reserved = (now, 0)  # when, and how many HEADs
         self._verify: tuple[float, float] | None = None  # (served/s, failed per HEAD) before the last decrease
         # The rate before the first of the decreases since the store last kept
         # up (None: unpaced then), and whether there were any.
@@ -193,6 +201,10 @@ class PaceCore:
         """HEADs per second allowed at ``now``, or None while unpaced."""
         if not self.paced:
             return None
+        if self._verify is not None:
+            # Held while the window after a decrease checks it (a small
+            # w_max would otherwise regrow within that window).
+            return max(self.floor, self.beta * self.w_max)
         t = now - self.t_decrease - self.k
         cubic = self.w_max + self.c * t * t * t
         cap = max(2.0 * self.measured, self.w_max)
@@ -205,6 +217,10 @@ class PaceCore:
         """
         start = max(now, self.hold_until)
         rate = self.rate(now)
+        last_at, last_heads = self._last_reserved
+        if now - last_at > max(self.idle_s, 2 * last_heads / rate if rate else 0.0):
+            self._window = _Window(now)  # the demand paused: measure from here
+        self._last_reserved = (now, heads)
         if rate is not None:
             start = max(start, self.tat - self.burst_s)
         if start > not_after:
@@ -246,8 +262,7 @@ class PaceCore:
         window = self._window
         if window.queries == 0:
             return
-        elapsed = now - window.first_sent
-        if elapsed < self.window_max_s and (window.heads < self.window_heads or elapsed < self.window_min_s):
+        if window.heads < self.window_heads or now - window.first_sent < self.window_min_s:
             return
         sent = window.send_rate(now)
         failed = window.failed_per_head()
@@ -265,6 +280,8 @@ class PaceCore:
             if served < (1 + self.beta) / 2 * served_before and failed > 0.5 * failed_before:
                 self._undo(now)
                 return
+        if verify is not None:
+            self.t_decrease = now  # kept: CUBIC's regrowth starts from here
         if self._holdoff_left:
             self._holdoff_left -= 1
         elif window.failures and failed < 1.0:

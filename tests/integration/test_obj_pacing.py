@@ -55,26 +55,47 @@ def test_a_window_with_failures_sets_the_rate_to_beta_times_the_rate_achieved_th
     # window is judged at the last answer (0.506 s after the first send).
     end = _window(core, 0.0, queries=32, every_s=0.016, failing={3, 7, 11, 15, 19, 23, 27, 31})
     assert core.stats.decreases == 1
-    assert core.rate(end) == pytest.approx(0.7 * 1000.0)
     k = (1000.0 * (1 - 0.7) / 0.4) ** (1 / 3)
-    assert core.rate(end + k) == pytest.approx(1000.0)  # back at w_max after K seconds
-    assert core.rate(end + k + 2.0) == pytest.approx(1000.0 + 0.4 * 2.0**3)  # then convex growth
-    # Never above twice the measured rate (nor w_max): an idle process grows no rate it never used.
-    assert core.measured == pytest.approx(0.8 * 1000.0)
-    assert core.rate(end + 1000.0) == pytest.approx(1600.0)
+    assert core.rate(end) == core.rate(end + k) == pytest.approx(0.7 * 1000.0)  # held while being checked
     # The first reservation after a decrease has no burst credit: the next window measures the new rate.
     assert core.reserve(end, 16) == pytest.approx(end)
-    assert core.reserve(end, 16) == pytest.approx(end + 0.1 + 16 / 700.0 - 0.1, abs=1e-9)
+    assert core.reserve(end, 16) == pytest.approx(end + 16 / 700.0)
+    # The next window has no failures: the decrease stands, and CUBIC's regrowth starts.
+    checked = _window(core, end + 0.1, queries=23, every_s=0.023, failing=set())  # judged at its last answer
+    assert core.stats.decreases == 1 and core.stats.undone == 0
+    assert core.rate(checked) == pytest.approx(700.0)
+    assert core.rate(checked + k) == pytest.approx(1000.0)  # back at w_max after K seconds
+    assert core.rate(checked + k + 2.0) == pytest.approx(1000.0 + 0.4 * 2.0**3)  # then convex growth
+    # Never above twice the measured rate (nor w_max): an idle process grows no rate it never used.
+    assert core.rate(checked + 1000.0) == pytest.approx(max(2 * core.measured, 1000.0))
 
 
 def test_the_rate_never_goes_below_its_floor() -> None:
-    core = PaceCore(0.0, start_rate=0.6, window_max_s=0.02)
+    core = PaceCore(0.0, start_rate=0.6, window_heads=2, window_min_s=0.01)
     t = 0.0
     for _ in range(10):  # back-to-back windows with a failed and an answered HEAD: a decrease each time
         t = _window(core, t + 0.001, queries=2, every_s=0.015, failing={0}, heads=1)
         assert core.rate(t) == pytest.approx(0.5)  # 0.7 times the rate before would be below it
     assert core.stats.decreases == 10
     assert all(rate is not None and rate >= 0.5 for rate in (core.rate(t + dt / 10) for dt in range(100)))
+
+
+def test_a_pause_in_the_demand_is_not_measured_as_the_rate_achieved() -> None:
+    """Idle time between two bursts once made a 30 HEAD/s 'rate' out of a 1,000 HEAD/s store."""
+    core = PaceCore(0.0, window_min_s=0.5)
+    for i in range(16):  # a burst: reserved and answered at 1,000 HEAD/s
+        core.reserve(i * 0.016, 16)
+        core.answered(i * 0.016 + 0.01, i * 0.016, 16)
+    resume = 0.016 * 16 + 2.0  # two idle seconds
+    for i in range(32):
+        t = resume + i * 0.016
+        core.reserve(t, 16)
+        if i % 4 == 3:
+            core.failed(t + 0.01, t, 16)
+        else:
+            core.answered(t + 0.01, t, 16)
+    assert core.stats.decreases == 1
+    assert core.rate(resume + 1.0) == pytest.approx(0.7 * 1000.0)
 
 
 def test_failures_of_queries_sent_before_a_decrease_are_not_judged_again() -> None:
