@@ -147,24 +147,27 @@ class NixlObjBackend:
         prefix: prepended to every object name; a ``/`` is added if missing.
         num_threads: HEADs in flight per backend, shared by concurrent
             ``batch_lookup`` calls (1..1024).
-        agent_threads: HEADs per NIXL agent and keys per first query (NIXL's
-            OBJ ``num_threads``; one agent keeps at most ~25 in flight).
+        agent_threads: HEADs per NIXL agent and the most keys per query
+            (NIXL's OBJ ``num_threads``; one agent keeps at most ~25 in
+            flight); queries shrink below it while queries fail.
         deadline_s: a ``batch_lookup`` returns within this many seconds;
             keys unanswered by then read as MISS (set the manager's
             ``lookup_timeout_s`` a little above it).
-        retry_base_s, retry_cap_s: backoff of a failed chunk's retry,
+        retry_base_s, retry_cap_s: backoff of a failed query's retries,
             ``min(cap, base * 2**attempt)`` times a jitter in [0.5, 1.5].
         max_attempts: ``AWS_MAX_ATTEMPTS`` for the SDK (1 = the SDK does
             not retry; this backend retries within ``deadline_s``).  None
             leaves the environment alone (the SDK then retries ~10 times with
             back-off: tens of seconds per key during an outage).
         connect_timeout_s: timeouts of the boto3 connection check, writers
-            and retries.
-        retry_with_boto3: send a key's second and later retries through
-            boto3 rather than NIXL, so that :attr:`stats` counts their
-            failures by cause (NIXL raises the same ``NIXL_ERR_BACKEND`` for
-            a 503, a 500 and a reset); the first retry stays on NIXL, the
-            faster path.  Ignored without boto3.
+            and retries (seconds in (0, 3600]).
+        retry_with_boto3: send a single key's retries from its second on
+            through boto3 rather than NIXL, so that :attr:`stats` counts
+            their failures by cause (NIXL raises the same
+            ``NIXL_ERR_BACKEND`` for a 503, a 500 and a reset) and the pace
+            sees the store's ``Retry-After``; queries of several keys and a
+            key's first retry stay on NIXL, the faster path.  Ignored
+            without boto3.
         seed: seeds the retry jitter (None: from the OS).
         extra_params: more OBJ ``create_backend`` parameters (strings), e.g.
             ``use_virtual_addressing`` or ``ca_bundle``; they override ours.
@@ -172,7 +175,9 @@ class NixlObjBackend:
 
     Raises:
         ImportError: NIXL or its OBJ plugin is missing (names ``kvprobe[nixl]``).
-        TypeError / ValueError: a malformed argument.
+        TypeError / ValueError: a malformed argument (a timeout that is NaN,
+            infinite, zero, negative or above an hour is a ValueError
+            naming it, raised before anything is created).
         BucketNotFoundError: the bucket does not exist (needs boto3).
         ObjStoreUnavailableError: the endpoint is unreachable, rejects us,
             or is not an S3 server (the message names endpoint and cause).
