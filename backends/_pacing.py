@@ -29,7 +29,9 @@ a lock and ``time.monotonic`` around one core.
   about the new rate (TCP's one decrease per round trip); a pause in the
   demand opens a new window (idle time is not a rate the store imposed).
 * **CUBIC.**  A window with failures sets ``w_max`` to the rate actually
-  achieved and the rate to ``beta * w_max``, held there until the next window
+  achieved (but at most ``1 / beta`` times the HEADs per second the store
+  answered, so that far over the store's capacity one decrease lands near
+  it) and the rate to ``beta * w_max``, held there until the next window
   has checked the decrease; then the rate follows ``w_max + c * (t - K)**3``
   with ``K = cbrt(w_max * (1 - beta) / c)``: back at ``w_max`` after ``K``
   seconds, flat near it, then growing fast.  The constants are botocore's
@@ -49,7 +51,8 @@ a lock and ``time.monotonic`` around one core.
   it: when failures remain, the pace was the limit, the HEADs the store
   answered per second fell with the rate (below ``(1 + beta) / 2`` of
   before, counting the HEADs of failed queries it did answer) and the
-  failures per HEAD did not halve, the failures do not come from our rate:
+  failures per HEAD did not halve, twice in a row (the rate held meanwhile),
+  the failures do not come from our rate:
   every decrease since the store last kept up (a window without failures)
   is undone, back to unpaced if it was, and the next decrease waits
   ``holdoff`` windows (1, 2, 4, ... up to ``holdoff_max`` while decreases
@@ -95,6 +98,7 @@ class _Window:
     last_heads: int = 0  # HEADs of the query sent last
     queries: int = 0
     failures: int = 0  # failed queries (congestion signals)
+    answered_heads: int = 0  # HEADs of the queries that answered
     heads: int = 0  # HEADs of the queries counted
     binding: bool = False  # a reservation had to wait: the rate, not the demand, was the limit
 
@@ -106,6 +110,7 @@ class _Window:
             self.queries += 1
             self.failures += failed
             self.heads += heads
+            self.answered_heads += 0 if failed else heads
 
     def send_rate(self, now: float) -> float:
         """HEADs sent per second, over the sends counted (the last one's HEADs went out at its end)."""
@@ -131,7 +136,8 @@ class PaceCore:
             and the lowest rate (HEAD/s).
         burst_s: seconds of the rate that may go out at once.
         window_heads, window_min_s: a window is judged once it has this
-            many HEADs' outcomes over at least ``window_min_s``.
+            many HEADs' outcomes, half of them answered, over at least
+            ``window_min_s``.
         idle_s: a pause in reservations longer than this (or than two
             reservations' worth of the rate) starts a new window: idle time
             is not a rate the store imposed.
@@ -157,7 +163,7 @@ class PaceCore:
         window_heads: int = 64,
         window_min_s: float = 0.25,
         idle_s: float = 0.5,
-        holdoff_max: int = 64,
+        holdoff_max: int = 8,
         max_hold_s: float = 30.0,
         start_rate: float | None = None,
     ) -> None:
@@ -188,6 +194,7 @@ class PaceCore:
         # up (None: unpaced then), and whether there were any.
         self._top: float | None = None
         self._decreasing = False
+        self._doubted = False  # the last window judged the last decrease useless
         self._holdoff = 1  # windows the next undone decrease makes later ones wait
         self._holdoff_left = 0
         if start_rate is not None:
@@ -262,7 +269,11 @@ class PaceCore:
         window = self._window
         if window.queries == 0:
             return
-        if window.heads < self.window_heads or now - window.first_sent < self.window_min_s:
+        if (
+            window.heads < self.window_heads
+            or window.answered_heads < self.window_heads // 2  # what the store served is measured, not guessed
+            or now - window.first_sent < self.window_min_s
+        ):
             return
         sent = window.send_rate(now)
         failed = window.failed_per_head()
@@ -278,8 +289,15 @@ class PaceCore:
         elif verify is not None and window.binding and self._decreasing:
             served_before, failed_before = verify
             if served < (1 + self.beta) / 2 * served_before and failed > 0.5 * failed_before:
-                self._undo(now)
+                # Twice in a row before undoing: one window's noise at a store
+                # at its capacity must not send the pace back up.
+                if self._doubted:
+                    self._undo(now)
+                    return
+                self._doubted = True
+                self._verify = verify  # held at the lower rate for one more window
                 return
+        self._doubted = False
         if verify is not None:
             self.t_decrease = now  # kept: CUBIC's regrowth starts from here
         if self._holdoff_left:
@@ -289,7 +307,11 @@ class PaceCore:
 
     def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:
         current = self.rate(now)
-        base = max(self.floor, achieved if current is None else min(current, achieved))
+        base = achieved if current is None else min(current, achieved)
+        # Never down to less than beta times what we sent, but never above
+        # what the store served either: far over its capacity one decrease
+        # lands near it instead of one per window.
+        base = max(self.floor, min(base, served / self.beta))
         if not self._decreasing:
             self._decreasing, self._top = True, current
         self._verify = (served, failed)
@@ -307,6 +329,7 @@ class PaceCore:
             self._set_epoch(self._top, now)
             self.t_decrease = now - self.k
         self._decreasing = False
+        self._doubted = False
         self.stats.undone += 1
         self._holdoff_left = self._holdoff
         self._holdoff = min(2 * self._holdoff, self.holdoff_max)

@@ -274,7 +274,8 @@ def test_failures_that_do_not_depend_on_the_rate_do_not_slow_it_down(p: float) -
     assert paced["rate"] >= 0.9 * unpaced["rate"], (paced["rate"], unpaced["rate"])
     stats = paced["core"].stats
     assert stats.decreases >= 3 and stats.undone >= stats.decreases - 1, stats  # tried, judged, undone
-    assert paced["core"].rate(60.0) is None  # back to unpaced
+    # Back to unpaced after each, unless the last decrease is still being checked.
+    assert paced["core"].rate(60.0) is None or stats.decreases == stats.undone + 1
 
 
 @pytest.mark.parametrize("capacity", [300.0, 1000.0])
