@@ -360,6 +360,7 @@ class LookupMetrics:
                 tier,
                 sum(map(_alive, idle)),
             )
+        yield from self._backend_counters(tier, m.backend)
         core = m.core
         if isinstance(core, MeteredCore):
             core.fold()
@@ -379,6 +380,32 @@ class LookupMetrics:
                 core.call_seconds,
             )
             yield _histogram("kvprobe_group_keys", "Keys per request group submitted", tier, core.group_keys)
+
+    def _backend_counters(self, tier: str, backend: object) -> Iterator[Metric]:
+        """A backend's own counters (``stats``: the object tier's queries, retries, ``shed``...) and its pace.
+
+        Each integer of a backend's ``stats`` dict is exported as the counter
+        ``kvprobe_backend_<name>_total``; a ``pacing`` dict as the gauge
+        ``kvprobe_backend_pace_rate`` (HEAD/s, absent while unpaced) and
+        ``kvprobe_backend_pace_<counter>_total``.  Backends without them add nothing.
+        """
+        families = []
+        stats = getattr(backend, "stats", None)
+        if isinstance(stats, dict):
+            families += [(f"backend_{name}", value) for name, value in sorted(stats.items())]
+        pacing = getattr(backend, "pacing", None)
+        if isinstance(pacing, dict):
+            rate = pacing.get("rate")
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+                yield _gauge(
+                    "kvprobe_backend_pace_rate", "The store's shared pace, HEAD/s (absent: unpaced)", tier, rate
+                )
+            families += [(f"backend_pace_{name}", value) for name, value in sorted(pacing.items()) if name != "rate"]
+        for name, value in families:
+            if isinstance(value, int) and not isinstance(value, bool):
+                family = CounterMetricFamily(f"kvprobe_{name}", f"The backend's {name[8:]} counter", labels=["tier"])
+                family.add_metric([tier], float(self._monotonic(name, value)))
+                yield family
 
 
 def _alive(pid: int) -> bool:
