@@ -75,4 +75,5 @@ def test_the_public_names_resolve_and_the_type_checkers_list_is_the_same() -> No
     for name in sorted(names):
         if name.startswith("Nixl") or name in {"BucketNotFoundError", "ObjStoreUnavailableError"}:
             continue  # need the nixl extra to import
-        assert getattr(kvprobe, name).__name__ == name
+        value = getattr(kvprobe, name)
+        assert value is getattr(importlib.import_module(kvprobe._EXPORTS[name]), name)
