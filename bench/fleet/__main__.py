@@ -127,6 +127,9 @@ class Runs:
     def __init__(self) -> None:
         self._done: dict[Scenario, dict[str, Any]] = {}
 
+    def __len__(self) -> int:
+        return len(self._done)
+
     def __call__(self, sc: Scenario) -> dict[str, Any]:
         if sc not in self._done:
             self._done[sc] = run(sc)
@@ -246,7 +249,7 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     record["tables"] = tables(record)
     _print_tables(record)
     print(
-        f"\n{len(runs._done)} runs in {wall:.0f} s; window {window_s:g} s (longer for small fleets: >= 50 requests) "
+        f"\n{len(runs)} runs in {wall:.0f} s; window {window_s:g} s (longer for small fleets: >= 50 requests) "
         f"after {warmup_s:g} s warm-up; 'sim' = engines simulated (store limit scaled by sim/E above that); "
         "'found' = stored blocks answered stored; $/h at $0.0004 per 1,000 billed HEADs (503s are not billed) "
         "and $0.005 per 1,000 PUTs"
