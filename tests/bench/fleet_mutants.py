@@ -60,7 +60,7 @@ MUTANTS = [
     ),
     (
         "unknown-read-as-hit",
-        "engine.py",
+        "modes.py",
         "while cursor < limit and states[cursor].verdict:",
         "while cursor < limit and states[cursor].verdict is not False:",
     ),
@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, path, old, new in chosen:
         with tempfile.TemporaryDirectory(prefix="fleet-mutant-") as tmp:
             shutil.copytree(os.path.join(ROOT, "bench"), os.path.join(tmp, "bench"))
+            # bench.common finds the docs next to bench/: the copy reads the real ones.
+            os.symlink(os.path.join(ROOT, "docs"), os.path.join(tmp, "docs"))
             target = os.path.join(tmp, "bench", "fleet", path)
             with open(target) as f:
                 text = f.read()

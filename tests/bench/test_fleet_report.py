@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import statistics
 from typing import Any
@@ -91,7 +92,7 @@ def test_the_next_round_splits_the_hot_partitions_only() -> None:
 
 def test_a_partition_throttled_through_the_window_is_hot_and_one_with_a_quiet_second_is_not() -> None:
     def store(gap_at: float | None) -> S3Model:
-        model = S3Model(StoreParams(head_limit_per_s=100.0), _Rng(), 2.0, 10.0)
+        model = S3Model(StoreParams(head_limit_per_s=100.0), random.Random(1), 2.0, 10.0)
         for i in range(2400):  # 200 HEADs a second for 12 s, at twice the limit, with an optional 2 s pause
             t = i / 200
             if gap_at is None or not gap_at <= t < gap_at + 2.0:
@@ -101,11 +102,6 @@ def test_a_partition_throttled_through_the_window_is_hot_and_one_with_a_quiet_se
 
     assert store(None).hot == 1
     assert store(5.0).hot == 0
-
-
-class _Rng:
-    def lognormvariate(self, mu: float, sigma: float) -> float:
-        return 0.02
 
 
 def test_a_small_fleet_settles_after_its_rounds_and_finds_its_blocks_once_split() -> None:
