@@ -1,30 +1,12 @@
 """One serving engine in the fleet: kvprobe's real core, a scheduler's lookups, the object backend's policy.
 
 The scheduler.  Each engine runs kvprobe's :class:`LookupCore` (the pure core
-the manager wraps) and steps on a grid of ``step_s``.  At a step it applies
-the published outcomes, asks about its waiting requests, and flushes; the
-flush's groups become backend calls.  How a request is asked, by ``mode``:
-
-* ``per-key``: ``lookup`` of every key of the prompt (a HEAD-per-block
-  scheduler written against single lookups);
-* ``chain``: ``lookup_chain(keys)``, which stops after a key known MISS;
-* ``window``: ``lookup_chain(keys[:w])`` with ``w`` doubling from
-  ``window0`` each time the first ``w`` are all known stored (a scheduler
-  that asks for more only while the tier keeps hitting).
-
-A request is answered (its lookup delay ends) when its leading known-stored
-blocks end at a known MISS or at the end of the prompt; it is cleaned up
-(``cleanup``) ``serve_s`` later.
-
-Lazy asking, exact.  The core guarantees that a request asking again about
-keys it already waits on changes nothing (``LookupCore.lookup``: "the same
-request asking again changes nothing").  So after the call that registers a
-request's keys, the engine does not call ``lookup`` again for them: it reads
-the verdicts of the states the core listed for the request, in order, with a
-cursor that only moves forward (a verdict, once set, stays while the request
-waits: this simulation never calls ``mark_miss``).  New keys (a window that
-grows) go through the core's own call.  ``lazy=False`` re-asks through the
-core at every step instead; the tests check both give the same run.
+the manager wraps; its mode makes it) and steps on a grid of ``step_s``.  At
+a step it applies the published outcomes, hands each waiting request to its
+mode (``bench/fleet/modes.py``: how the scheduler asks), and flushes; the
+flush's groups become backend calls.  A request is answered (its lookup
+delay ends) when its mode says how many of its leading blocks are stored; it
+is cleaned up (``cleanup``) ``serve_s`` later.
 
 The backend.  :class:`SimObjBackend` runs each group as kvprobe's object
 backend does, with its own policy object: :class:`RetryPlan` from
@@ -46,18 +28,15 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.fleet.modes import LookupMode, Request
 from bench.fleet.params import BackendParams, WorkloadParams
 from bench.fleet.store import S3Model, key_position
-from bench.fleet.workload import Prompt, Tier, Workload
+from bench.fleet.workload import Tier, Workload
 from kvprobe.backends._fair_pool import RoundRobin
 from kvprobe.backends._obj_lookup import Chunk, RetryPlan
-from kvprobe.statemachine.core import LookupCore
-from kvprobe.statemachine.records import ProbeState
 from kvprobe.statemachine.types import GroupOutcome, ProbeGroup, ReqContext
 
-__all__ = ["MODES", "Engine", "Fleet", "Request", "SimObjBackend"]
-
-MODES = ("per-key", "chain", "window")
+__all__ = ["Engine", "Fleet", "SimObjBackend"]
 
 Schedule = Callable[..., None]  # schedule(time, callback, *args)
 
@@ -83,20 +62,6 @@ class Fleet:
     def accepting(self, now: float) -> bool:
         """Requests keep arriving until the window is over and every tracked request is answered."""
         return now < self.track_to or self.tracked_open > 0
-
-
-@dataclass(eq=False)
-class Request:
-    ctx: ReqContext
-    prompt: Prompt
-    arrived_step: int
-    tracked: bool
-    window: int = 0  # keys registered with the core so far (all, except in window mode)
-    cursor: int = 0  # keys[:cursor] are known stored
-    states: list[ProbeState] = field(default_factory=list)
-    answered_step: int = -1
-    leading_hits: int = 0
-    probes: int = 0  # new probes this request's lookups created
 
 
 @dataclass(eq=False)
@@ -214,27 +179,23 @@ class Engine:
         self,
         index: int,
         fleet: Fleet,
-        mode: str,
+        mode: LookupMode,
         workload: Workload,
         wparams: WorkloadParams,
         backend: BackendParams,
         rng: random.Random,
         *,
-        window0: int = 32,
         lazy: bool = True,
         fair: bool = True,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.index = index
         self.fleet = fleet
         self.mode = mode
         self.workload = workload
         self.w = wparams
         self.rng = rng
-        self.window0 = window0
-        self.lazy = lazy
-        self.core = LookupCore()
+        self.lazy = lazy  # False: step (and ask every waiting request) at every step
+        self.core = mode.new_core()
         self.backend = SimObjBackend(fleet, backend, rng, self._published, fair=fair)
         self.phase = rng.uniform(0.0, wparams.step_s)  # engines do not step in lockstep
         self.waiting: dict[str, Request] = {}
@@ -298,42 +259,10 @@ class Engine:
         self.fleet.tracked_open += tracked
         self.waiting[req_id] = Request(ReqContext(req_id), self.workload.prompt(), step, tracked)
 
-    # --- asking about one request --------------------------------------------
-
     def _ask(self, req: Request, step: int, now: float) -> None:
-        core = self.core
-        keys = req.prompt.keys
-        n = len(keys)
-        if req.window == 0 or not self.lazy:
-            before = core.stats.probes_created
-            if self.mode == "per-key":
-                lookup = core.lookup
-                for key in keys:
-                    lookup(key, req.ctx)
-                req.window = n
-            else:
-                req.window = n if self.mode == "chain" else min(n, max(req.window, self.window0))
-                core.lookup_chain(keys[: req.window], req.ctx)
-            req.probes += core.stats.probes_created - before
-            req.states = core.requests[req.ctx.req_id].states
-        while True:
-            states = req.states
-            cursor = req.cursor
-            limit = min(req.window, len(states))
-            while cursor < limit and states[cursor].verdict:
-                cursor += 1
-            req.cursor = cursor
-            if cursor < limit and states[cursor].verdict is False:
-                return self._answer(req, step, now, cursor)
-            if cursor < req.window:
-                return  # some verdict unknown: ask again when results arrive
-            if req.window >= n:
-                return self._answer(req, step, now, n)
-            # Window mode, every key so far stored: ask for twice as many.
-            before = core.stats.probes_created
-            req.window = min(n, 2 * req.window)
-            core.lookup_chain(keys[: req.window], req.ctx)
-            req.probes += core.stats.probes_created - before
+        hits = self.mode.ask(self.core, req)
+        if hits is not None:
+            self._answer(req, step, now, hits)
 
     def _answer(self, req: Request, step: int, now: float, hits: int) -> None:
         req.answered_step = step

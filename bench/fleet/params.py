@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from kvprobe.backends._obj_lookup import RetryPolicy
 from kvprobe.backends.nixl_obj import NixlObjBackend
 
-__all__ = ["HEAD_PRICE_PER_1000", "BackendParams", "StoreParams", "WorkloadParams", "backend_default"]
+__all__ = [
+    "HEAD_DOLLARS_PER_HOUR",
+    "HEAD_PRICE_PER_1000",
+    "PUT_PRICE_PER_1000",
+    "BackendParams",
+    "StoreParams",
+    "WorkloadParams",
+    "backend_default",
+]
 
 #: AWS: S3 Standard, "GET, SELECT, and all other requests" (HEAD included),
 #: US East (N. Virginia): $0.0004 per 1,000 requests.  The price table of
@@ -28,6 +36,12 @@ __all__ = ["HEAD_PRICE_PER_1000", "BackendParams", "StoreParams", "WorkloadParam
 #: (https://docs.aws.amazon.com/AmazonS3/latest/userguide/ErrorCodeBilling.html),
 #: so a 404 (a block not stored) costs as much as a hit.
 HEAD_PRICE_PER_1000 = 0.0004
+#: AWS: S3 Standard, "PUT, COPY, POST, LIST requests", US East (N.
+#: Virginia): $0.005 per 1,000 requests (same sources as the HEAD price).
+PUT_PRICE_PER_1000 = 0.005
+#: Dollars an hour for one billed HEAD a second (3,600 x $0.0004 / 1,000):
+#: $/h = engines x requests/s x billed HEADs per request x 0.00144.
+HEAD_DOLLARS_PER_HOUR = 3600 * HEAD_PRICE_PER_1000 / 1000
 
 
 def backend_default(name: str) -> object:
@@ -56,6 +70,11 @@ class StoreParams:
     #: assumption (AWS does not publish how it splits).
     split_after_s: float = 1800.0
     max_partitions: int = 4096
+    #: AWS: "at least 3,500 PUT/COPY/POST/DELETE ... requests per second per
+    #: partitioned prefix" (same page).  PUTs are counted, not sent to the
+    #: model (it throttles HEADs only): their rate per partition is reported
+    #: against this limit.
+    put_limit_per_s: float = 3500.0
     #: AWS: for small requests "median latency is often in the tens of
     #: milliseconds" (whitepaper "Optimizing Amazon S3 performance", timeouts
     #: and retries); 20 ms is the RTT the kvprobe object-store issue (#17)
@@ -97,6 +116,12 @@ class WorkloadParams:
     #: it finishes) for an exponential time of mean 10 s after its lookup
     #: answer (prefill plus a few hundred decode steps).
     serve_s: float = 10.0
+    #: assumption: every block a request computes (every block after its
+    #: leading hits: blocks not stored, and stored blocks answered MISS) is
+    #: written to the tier, one PUT each (a write-through tier: the engine
+    #: offers the tier what it computed, and a block answered MISS looks new
+    #: to it); blocks generated while decoding are not counted.
+    puts_per_computed_block: float = 1.0
     #: assumption: one scheduler step every 30 ms (a decode step of a batch
     #: on one GPU); lookup delays are reported in these steps.
     step_s: float = 0.030

@@ -5,10 +5,12 @@ virtual second in Python, so above ``max_sim_engines`` the run simulates
 ``S = max_sim_engines`` engines against a store whose per-partition limit
 (and burst) is ``S / E`` of S3's: each simulated engine meets the share of
 the store it would have among E engines.  Store figures (HEADs/s, peak per
-partition, cost) are scaled back by ``E / S``; fractions, HEADs per request
-and delays are read as simulated.  Because S engines' summed load is
-burstier than E engines' (relative spread ~ 1/sqrt(engines)), this
-overstates throttling a little: the figures at scale are an upper bound.
+partition, cost, PUTs/s) are scaled back by ``E / S``; fractions, HEADs and
+PUTs per request and delays are read as simulated.  S engines' summed load
+is burstier than E engines' (relative spread ~ 1/sqrt(engines)), which can
+only add throttling.  ``tests/bench/test_fleet_scaling.py`` checks that a
+scaled run agrees with the unscaled one at the same total load, and the
+full report's scaling table shows it at 100 engines.
 Virtual time is short (``warmup_s`` + ``window_s``): requests arriving in
 the window are followed until answered (arrivals go on meanwhile), and the
 store's load is measured over the window.
@@ -28,7 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.fleet.engine import Engine, Fleet
-from bench.fleet.params import HEAD_PRICE_PER_1000, BackendParams, StoreParams, WorkloadParams
+from bench.fleet.modes import make_mode
+from bench.fleet.params import (
+    HEAD_DOLLARS_PER_HOUR,
+    PUT_PRICE_PER_1000,
+    BackendParams,
+    StoreParams,
+    WorkloadParams,
+)
 from bench.fleet.store import S3Model
 from bench.fleet.workload import Tier, Workload
 
@@ -95,9 +104,8 @@ def run(sc: Scenario) -> dict[str, Any]:
     for i in range(sim_engines):
         erng = random.Random(rng.random())
         workload = Workload(sc.workload, shared, tier, random.Random(erng.random()))
-        engine = Engine(
-            i, fleet, sc.mode, workload, sc.workload, backend, erng, window0=sc.window0, lazy=sc.lazy, fair=sc.fair
-        )
+        mode = make_mode(sc.mode, lazy=sc.lazy, window0=sc.window0)
+        engine = Engine(i, fleet, mode, workload, sc.workload, backend, erng, lazy=sc.lazy, fair=sc.fair)
         engines.append(engine)
         engine.start()
 
@@ -135,8 +143,13 @@ def _figures(
     stored = sum(r.prompt.stored for r in answered)
     hits = sum(r.leading_hits for r in answered)
     blocks = sum(len(r.prompt.keys) for r in answered)
+    # The fewest HEADs that decide a request exactly: its stored prefix and the first block after it.
+    ideal = sum(r.prompt.stored + (r.prompt.stored < len(r.prompt.keys)) for r in answered)
+    billed = store.measured - store.measured_throttled
+    per_engine_rate = len(answered) / sc.window_s / sim_engines
+    puts_per_request = (blocks - hits) / len(answered) * sc.workload.puts_per_computed_block if answered else math.nan
+    puts_per_s = puts_per_request * per_engine_rate * sc.engines
     heads_per_s = store.measured / sc.window_s * scale
-    billed_per_s = (store.measured - store.measured_throttled) / sc.window_s * scale
     wrong = sum(r.leading_hits > r.prompt.stored for r in answered)
     return {
         "engines": sc.engines,
@@ -155,12 +168,21 @@ def _figures(
         "peak_per_partition_per_s": store.peak_per_partition * scale,
         "throttled_fraction": store.measured_throttled / store.measured if store.measured else 0.0,
         "heads_per_request": store.measured / len(answered) if answered else math.nan,
+        "billed_heads_per_request": billed / len(answered) if answered else math.nan,
+        "ideal_heads_per_request": ideal / len(answered) if answered else math.nan,
+        "blocks_per_request": blocks / len(answered) if answered else math.nan,
+        "requests_per_s_per_engine": per_engine_rate,
         "probes_per_request": statistics.fmean(r.probes for r in answered) if answered else math.nan,
-        "cost_per_hour_usd": billed_per_s * 3600 * HEAD_PRICE_PER_1000 / 1000,
+        "cost_per_hour_usd": billed / sc.window_s * scale * HEAD_DOLLARS_PER_HOUR,
+        "puts_per_request": puts_per_request,
+        "puts_per_s": puts_per_s,
+        "puts_per_partition_per_s": puts_per_s / len(store.parts),
+        "put_cost_per_hour_usd": puts_per_s * 3600 * PUT_PRICE_PER_1000 / 1000,
         "delay_p50_steps": _percentile(delays, 0.50),
         "delay_p99_steps": _percentile(delays, 0.99),
         "tier_hit_rate": stored / blocks if blocks else math.nan,
         "stored_blocks_lost": 1 - hits / stored if stored else 0.0,
+        "stored_found": hits / stored if stored else 1.0,
         "answers_above_truth": wrong,
         "backend": dict(sorted(fleet.counts.items())),
         "calls": fleet.calls,
@@ -168,6 +190,7 @@ def _figures(
         "heads_sent": fleet.heads_sent,
         "store_arrivals": store.arrivals,
         "splits": len(store.splits),
+        "hot_partitions": store.hot,
         "split_times_s": store.splits,
         "throttled_by_second": {sec: t / n for sec, (n, t) in sorted(store.series.items()) if n},
         "states_left": sum(len(e.core.states) for e in engines),

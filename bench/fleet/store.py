@@ -11,7 +11,9 @@ round trip (a 503 as long as an answer).
 
 Counted inside the measurement window ``[measure_from, measure_to)``:
 arrivals, throttled answers, and each partition's arrivals per whole second
-(its peak is the largest of those counts).
+(its peak is the largest of those counts).  At the end, the partitions
+throttling through the whole window without a quiet second (those that
+would split if the load went on) are counted as ``hot``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class S3Model:
         self.measured_throttled = 0
         self.peak_per_partition = 0  # most arrivals at one partition in one whole second of the window
         self.splits: list[float] = []  # when each split happened
+        self.hot = 0  # partitions throttling through the whole window (set by finish)
         #: Per whole second of virtual time: [HEADs received, of which throttled].
         self.series: dict[int, list[int]] = {}
 
@@ -110,10 +113,14 @@ class S3Model:
         return throttled, self._rng.lognormvariate(self._mu, self.p.rtt_sigma)
 
     def finish(self) -> None:
-        """Count the seconds still open (call once the window is over)."""
+        """Count the seconds still open and the hot partitions (call once the window is over)."""
+        self.hot = 0
         for part in self.parts:
             self._close_second(part)
             part.second = -1
+            # A run of throttling with no quiet second that spans the window.
+            started = part.hot_since is not None and part.hot_since <= self.measure_from
+            self.hot += started and part.last_throttle >= self.measure_to - 1.0
 
     def _close_second(self, part: Partition) -> None:
         # Only whole seconds inside the window count towards the peak.

@@ -53,10 +53,11 @@ def test_conservation_every_lookup_answered_every_head_counted_nothing_left(mode
     assert r["answers_above_truth"] == 0
 
 
-def test_without_throttling_every_stored_block_is_found() -> None:
-    r = _run(mode="per-key", store=_limit(1e9))
+@pytest.mark.parametrize("mode", ["per-key", "chain", "window"])
+def test_without_throttling_every_stored_block_is_found(mode: str) -> None:
+    r = _run(mode=mode, store=_limit(1e9))
     assert r["throttled_fraction"] == 0.0
-    assert r["stored_blocks_lost"] == 0.0 and r["tier_hit_rate"] > 0.1
+    assert r["stored_blocks_lost"] == 0.0 and r["stored_found"] == 1.0 and r["tier_hit_rate"] > 0.1
 
 
 def test_store_throttles_only_above_the_partition_limit() -> None:

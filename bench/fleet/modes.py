@@ -1,0 +1,203 @@
+"""How a scheduler asks kvprobe about a request: one strategy object per engine (``Scenario.mode`` names it).
+
+The engine hands each waiting request to its mode at every step it runs
+(a step runs when results are published, a request arrives or finishes,
+and, with ``lazy=False``, at every step); the mode asks the engine's core
+and says when the request is decided.  A mode is anything with:
+
+* ``name``: what the reports call it;
+* ``new_core()``: the :class:`LookupCore` the engine runs (a mode that needs
+  a core configured otherwise, a verdict cache say, returns that one);
+* ``ask(core, req)``: ask about ``req``; the number of its leading blocks
+  known stored once that is decided (its first block known not stored, or
+  the end of the prompt), else None (the engine asks again later).
+
+The modes here:
+
+* ``per-key``: ``lookup`` of every key of the prompt (a HEAD-per-block
+  scheduler written against single lookups);
+* ``chain``: ``lookup_chain(keys)`` and its :class:`ChainAnswer`, asked again
+  whenever results arrive, as a scheduler written against kvprobe's chain
+  call does.  It assumes nothing about which keys the core probes, so
+  whatever ``lookup_chain`` comes to do inside (probing in windows, answering
+  from remembered verdicts, inferring a stored prefix) is what this mode
+  measures, with no change here;
+* ``window``: ``lookup_chain(keys[:w])`` with ``w`` doubling from
+  ``window0`` each time the first ``w`` are all known stored (windows kept
+  by the scheduler, on top of kvprobe).
+
+Lazy asking, exact.  The core guarantees that a request asking again about
+keys it already waits on changes nothing (``LookupCore.lookup``: "the same
+request asking again changes nothing").  So ``per-key`` and ``window``,
+after the call that registers a request's keys, do not call the core again
+for them: they read the verdicts of the states the core listed for the
+request, in order, with a cursor that only moves forward (a verdict, once
+set, stays while the request waits: this simulation never calls
+``mark_miss``).  New keys (a window that grows) go through the core's own
+call.  ``lazy=False`` re-asks through the core at every ask instead; the
+tests check both give the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bench.fleet.workload import Prompt
+from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.records import ProbeState
+from kvprobe.statemachine.types import ReqContext
+
+__all__ = ["MODES", "Chain", "LookupMode", "PerKey", "Request", "Window", "make_mode"]
+
+
+@dataclass(eq=False)
+class Request:
+    """One request an engine serves, and what its mode has asked so far."""
+
+    ctx: ReqContext
+    prompt: Prompt
+    arrived_step: int
+    tracked: bool
+    window: int = 0  # keys registered with the core so far (modes that read states)
+    cursor: int = 0  # keys[:cursor] are known stored (modes that read states)
+    states: list[ProbeState] = field(default_factory=list)
+    answered_step: int = -1
+    leading_hits: int = 0
+    probes: int = 0  # new probes this request's lookups created
+
+
+class LookupMode(Protocol):
+    """A scheduler's way of asking kvprobe (see the module docstring)."""
+
+    name: str
+
+    def new_core(self) -> LookupCore:
+        """The core an engine with this mode runs."""
+        ...
+
+    def ask(self, core: LookupCore, req: Request) -> int | None:
+        """Ask about ``req``: its leading known-stored blocks once decided, else None."""
+        ...
+
+
+class _ReadsStates:
+    """A mode that registers keys through the core, then reads the states the core listed for the request."""
+
+    name = ""
+
+    def __init__(self, lazy: bool = True) -> None:
+        self.lazy = lazy
+
+    def new_core(self) -> LookupCore:
+        return LookupCore()
+
+    def _first(self, n: int) -> int:
+        """How many keys (of ``n``) the first call asks about."""
+        return n
+
+    def _more(self, window: int, n: int) -> int:
+        """How many once the first ``window`` keys are all known stored."""
+        return n
+
+    def _register(self, core: LookupCore, req: Request, upto: int) -> None:
+        """Ask the core about ``keys[:upto]``, this mode's way."""
+        raise NotImplementedError
+
+    def _call(self, core: LookupCore, req: Request, upto: int) -> None:
+        before = core.stats.probes_created
+        req.window = upto
+        self._register(core, req, upto)
+        req.probes += core.stats.probes_created - before
+        req.states = core.requests[req.ctx.req_id].states
+
+    def ask(self, core: LookupCore, req: Request) -> int | None:
+        n = len(req.prompt.keys)
+        if req.window == 0 or not self.lazy:
+            self._call(core, req, req.window or self._first(n))
+        while True:
+            states = req.states
+            cursor = req.cursor
+            limit = min(req.window, len(states))
+            while cursor < limit and states[cursor].verdict:
+                cursor += 1
+            req.cursor = cursor
+            if cursor < limit and states[cursor].verdict is False:
+                return cursor
+            if cursor < req.window:
+                return None  # some verdict unknown: ask again when results arrive
+            if req.window >= n:
+                return n
+            self._call(core, req, self._more(req.window, n))
+
+
+class PerKey(_ReadsStates):
+    """``lookup`` of every key of the prompt."""
+
+    name = "per-key"
+
+    def _register(self, core: LookupCore, req: Request, upto: int) -> None:
+        lookup = core.lookup
+        for key in req.prompt.keys[:upto]:
+            lookup(key, req.ctx)
+
+
+class Window(_ReadsStates):
+    """``lookup_chain`` of a window that starts at ``window0`` keys and doubles while every key is stored."""
+
+    name = "window"
+
+    def __init__(self, lazy: bool = True, window0: int = 32) -> None:
+        if window0 < 1:
+            raise ValueError(f"window0 must be >= 1, got {window0}")
+        super().__init__(lazy)
+        self.window0 = window0
+
+    def _first(self, n: int) -> int:
+        return min(n, self.window0)
+
+    def _more(self, window: int, n: int) -> int:
+        return min(n, 2 * window)
+
+    def _register(self, core: LookupCore, req: Request, upto: int) -> None:
+        core.lookup_chain(req.prompt.keys[:upto], req.ctx)
+
+
+class Chain:
+    """``lookup_chain(keys)`` at every ask, decided by its :class:`ChainAnswer` (kvprobe's chain contract)."""
+
+    name = "chain"
+
+    def new_core(self) -> LookupCore:
+        return LookupCore()
+
+    def ask(self, core: LookupCore, req: Request) -> int | None:
+        keys = req.prompt.keys
+        before = core.stats.probes_created
+        answer = core.lookup_chain(keys, req.ctx)
+        req.probes += core.stats.probes_created - before
+        if answer.pending or not (answer.stopped_at_miss or answer.looked_up == len(keys)):
+            return None
+        hits: int = answer.leading_hits
+        return hits
+
+
+#: The modes by name: a factory taking (lazy, window0).
+MODES: dict[str, Callable[[bool, int], LookupMode]] = {
+    "per-key": lambda lazy, window0: PerKey(lazy),
+    "chain": lambda lazy, window0: Chain(),
+    "window": lambda lazy, window0: Window(lazy, window0),
+}
+
+
+def make_mode(name: str, *, lazy: bool = True, window0: int = 32) -> LookupMode:
+    """The mode called ``name``.
+
+    Raises:
+        ValueError: no mode has that name, or ``window0`` < 1.
+    """
+    factory = MODES.get(name)
+    if factory is None:
+        raise ValueError(f"mode must be one of {tuple(MODES)}, got {name!r}")
+    return factory(lazy, window0)
