@@ -9,9 +9,12 @@ for each, which parts it replaces with what, and a one-line summary.
 tests that make TLC catch every mutant.  docs/properties.md describes each
 one and the property that catches it.
 
-Two kinds: ``named`` mutants are the defects seen in the field (the
+Three kinds: ``named`` mutants are the defects seen in the field (the
 property suite catches them too); ``spec`` mutants are one-line slips
-written to measure the power of the model's invariants.
+written to measure the power of the model's invariants; ``chain`` mutants
+are defects of the chain walk (``lookup_chain``'s windows), inert on the
+default config: each is checked on the chain config its summary names
+(``kvprobe check --config chain --mutant NAME``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "CHAIN_CONFIGS",
     "KINDS",
     "MUTANTS",
     "MUTANTS_MODULE",
@@ -40,6 +44,7 @@ MODEL_MODULE = "MC.tla"
 KINDS: Mapping[str, str] = {
     "named": "named mutants, the defects seen in the field",
     "spec": "spec mutants, one-line slips that measure the invariants",
+    "chain": "chain-walk mutants (check them with --config chain or chain-window, as said)",
 }
 
 
@@ -65,6 +70,18 @@ def _named(name: str, summary: str, **overrides: str) -> Mutant:
 
 def _spec(name: str, summary: str, **overrides: str) -> Mutant:
     return Mutant(name, "spec", summary, overrides)
+
+
+def _chain(name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "chain", summary, overrides)
+
+
+#: The chain mutants' configs (tla/NAME.cfg): the one each is caught on.
+CHAIN_CONFIGS: Mapping[str, str] = {
+    "window-skips-ahead": "chain",
+    "probe-after-miss": "chain-window",
+    "window-presumed-stored": "chain",
+}
 
 
 #: Every mutant, named ones first (DESIGN's field defects), then the spec mutants.
@@ -165,6 +182,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "saturate-publishes-nothing",
         "Saturate takes the group but publishes nothing",
         SaturateOf="SaturatesSilently",
+    ),
+    # --- the chain walk (tla/chain.cfg, tla/chain-window.cfg) ---
+    _chain(
+        "window-skips-ahead",
+        "a walk probes the next window before the one it is in answered (config chain)",
+        ChainWindowOpen="WindowOpenEarly",
+    ),
+    _chain(
+        "probe-after-miss",
+        "a walk finishes its window after a key known NOT stored (config chain-window)",
+        ChainNoMissBefore="NoMissBeforeWindow",
+    ),
+    _chain(
+        "window-presumed-stored",
+        "a walk reports the keys of an unanswered window as stored (config chain)",
+        ChainFindsStored="FindsUnansweredStored",
     ),
 )
 

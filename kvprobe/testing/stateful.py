@@ -61,12 +61,14 @@ from hypothesis.stateful import (
 
 from kvprobe.backends.base import Backend
 from kvprobe.backends.memory import InMemoryBackend
-from kvprobe.spec import model
+from kvprobe.spec import model, model_chain
 from kvprobe.spec.lifecycle import LookupPhase
+from kvprobe.spec.model_state import ChainAsk
 from kvprobe.spec.replay import TraceChecker
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.manager import AsyncLookupManager
 from kvprobe.statemachine.types import FailureKind, GroupOutcome, ManagerClosedError, ProbeGroup, ReqContext
+from kvprobe.statemachine.windows import chain_window_size
 from kvprobe.statemachine.workers import ManualWorker
 from kvprobe.testing.lifetimes import Lifetimes
 
@@ -277,6 +279,10 @@ class GhostRecorder:
         self._open: list[dict[str, Any]] = []
         #: Whether events are still recorded and checked (off for the final teardown).
         self.checking = True
+        #: The chain walks' Lookups as they happened (model_chain.ChainAsk each), and the
+        #: walk being recorded: its request and the verdicts its events reported so far.
+        self.chain_asks: list[ChainAsk] = []
+        self._walk: tuple[str, list[bool | None]] | None = None
 
     def bind(self, core: LookupCore) -> None:
         self.core = core
@@ -323,11 +329,33 @@ class GhostRecorder:
                     self.forced.add((bytes.fromhex(hexkey), was[1]))
                     if was[0] is LookupPhase.IN_FLIGHT:
                         self.moot.add((bytes.fromhex(hexkey), was[1]))
+        self._record_chain_walk(event)
         self._before = after
         if "open" in event:
             self._open = event["open"]  # type: ignore[assignment]
         # Validate the trace as it grows: the first divergence fails the step that caused it.
         self.checker.feed(event)
+
+    def _record_chain_walk(self, event: dict[str, object]) -> None:
+        """A chain walk's Lookup: record what the walk's earlier keys were answered when it asked.
+
+        The events of one walk are consecutive (indices 0, 1, ...); each
+        reports the verdict the walk got for its key, which no later Lookup
+        of the same walk changes (nothing is drained mid-walk).
+        """
+        index = event.get("index")
+        if event["action"] != "Lookup" or not isinstance(index, int):
+            self._walk = None
+            return
+        req = str(event["req"])
+        if index == 0 or self._walk is None or self._walk[0] != req:
+            self._walk = (req, [])
+        before = self._walk[1]
+        window = event.get("window")
+        start = model_chain.window_start(window if isinstance(window, int) else None, index)
+        self.chain_asks.append(ChainAsk(req, bytes.fromhex(str(event["key"])), index, start, tuple(before)))
+        verdict = event.get("verdict")
+        before.append(verdict if isinstance(verdict, bool) else None)
 
     def _dead_worker_drain(
         self,
@@ -417,6 +445,7 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
         stale_applied=ghosts.stale_applied,
         forced=frozenset(ghosts.forced),
         moot=frozenset(ghosts.moot),
+        chain_asks=tuple(ghosts.chain_asks),
     )
 
 
@@ -482,6 +511,7 @@ def lookup_machine(
     round_trips: int = 0,
     budget_s: float | None = None,
     max_stuck: int = 1,
+    chain_windows: Sequence[int | str] | None = (1, 2),
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -511,21 +541,39 @@ def lookup_machine(
             ``max_stuck``): while this many calls are stuck, the ``Saturate``
             rule may fail a running group as SATURATED.  One makes Saturate
             reachable after a single TimeOut.
+        chain_windows: the first windows of the manager's ``lookup_chain``
+            walks to draw from, one per walk (``"all"``: one window); it is
+            set on the manager's core before the walk (so every manager
+            class, a drop-in's too, is driven alike).  None keeps the
+            manager's own.  The default, 1 or 2, puts the window rule in
+            play on the short chains the machine draws: with 1, a window
+            opens at the second key; with 2, a miss can precede a key of its
+            own window.
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``, or
             ``max_stuck`` is not a positive int.
+        InvalidInputError, InvalidValueError: one of ``chain_windows`` is a
+            window the manager would refuse.
     """
     if worker not in ("manual", "thread"):
         raise ValueError(f"worker must be 'manual' or 'thread', got {worker!r}")
     if isinstance(max_stuck, bool) or not isinstance(max_stuck, int) or max_stuck < 1:
         raise ValueError(f"max_stuck must be an int of at least 1, got {max_stuck!r}")
     manual = worker == "manual"
+    first_windows = None if chain_windows is None else [chain_window_size(w) for w in chain_windows]
 
     key_pool, req_pool = tuple(keys), tuple(reqs)
     lookup_op = st.tuples(st.just("lookup"), st.sampled_from(key_pool), st.sampled_from(req_pool))
-    # A chain lookup: a request's keys in order (see LookupChain).
-    chain_op = st.tuples(st.just("chain"), st.lists(st.sampled_from(key_pool), max_size=4), st.sampled_from(req_pool))
+    # A chain lookup: a request's keys in order (see LookupChain).  Half the chains are
+    # prefixes of the pool in its order, as prompts share prefixes: walks of one chain
+    # then go on window by window, and past a miss, across requests.
+    chain_keys = st.one_of(
+        st.integers(1, len(key_pool)).map(lambda n: list(key_pool[:n])),
+        st.lists(st.sampled_from(key_pool), max_size=4),
+    )
+    chain_window = st.sampled_from(first_windows) if first_windows else st.none()
+    chain_op = st.tuples(st.just("chain"), chain_keys, st.sampled_from(req_pool), chain_window)
 
     class LookupMachine(RuleBasedStateMachine):
         """Drives a real manager and the reference model side by side."""
@@ -631,31 +679,36 @@ def lookup_machine(
                 f"the model {_shown(want)}"
             )
 
-        def LookupChain(self, keys: list[bytes], req: str) -> None:
-            """lookup_chain: the model's Lookup of each key in order, up to and
-            including the first whose verdict is False (each one traced and
-            validated as a Lookup event).
+        def LookupChain(self, keys: list[bytes], req: str, window: int | None = None) -> None:
+            """lookup_chain: the model's walk (kvprobe.spec.model_chain), the Lookup
+            of each key its window rule allows, in order (each one traced and
+            validated as a Lookup event).  Every key the answer counts as
+            stored must hold a verdict the backend gave (ChainHitsAnswered).
 
             Drawn as an operation of SchedulerStep rather than as a rule of
             its own: a further rule thins out every other rule in a run of
             fixed length (the lying tiers of tests/property were then found
-            only with twice the examples)."""
+            only with twice the examples).  Each walk may have its own first
+            window (``window``, set on the core first; None: the one it has):
+            the window follows from the walk, so nothing else changes."""
+            if window is not None:
+                self.m.core.chain_window = window
+            first = self.m.core.chain_window
             answer = self.m.lookup_chain(keys, ReqContext(req))
-            verdicts: list[bool | None] = []
-            for key in keys:
-                self.s, verdict = model.lookup(self.s, key, req)
-                verdicts.append(verdict)
-                if verdict is False:
-                    break
-            stopped = bool(verdicts) and verdicts[-1] is False
-            before_stop = verdicts[:-1] if stopped else verdicts
-            leading = next((i for i, v in enumerate(verdicts) if v is not True), len(verdicts))
-            want = (leading, stopped, None in before_stop, len(verdicts))
+            self.s, want = model_chain.lookup_chain(self.s, keys, req, first or None)
             got = (answer.leading_hits, answer.stopped_at_miss, answer.pending, answer.looked_up)
             assert got == want, (
                 f"lookup_chain({[k.hex() for k in keys]}, {req}) returned {got}, the model {want} "
-                "(leading_hits, stopped_at_miss, pending, looked_up)"
+                f"(leading_hits, stopped_at_miss, pending, looked_up; first window {first or 'all'})"
             )
+            states = self.m.core.states
+            for key in keys[: answer.leading_hits]:
+                state = states.get(key)
+                gen = None if state is None else state.generation
+                assert self.s.told.get((key, gen)) is True and (key, gen) not in self.s.forced, (  # type: ignore[arg-type]
+                    f"ChainHitsAnswered: lookup_chain counted {short_name(key, key_pool)} as stored, but the "
+                    f"backend's answer for its generation {gen} was {self.s.told.get((key, gen))!r}"  # type: ignore[arg-type]
+                )
 
         @precondition(lambda self: self._open())
         @rule(
@@ -773,7 +826,7 @@ def lookup_machine(
                 if op[0] == "lookup":
                     self.Lookup(op[1], op[2])
                 elif op[0] == "chain":
-                    self.LookupChain(op[1], op[2])
+                    self.LookupChain(op[1], op[2], op[3])
                 elif op[0] == "cleanup":
                     self.Cleanup(op[1])
                 elif op[0] == "set_stored":
@@ -1068,6 +1121,9 @@ def lookup_machine(
             "ForcedMissSticks",
             "ReverseIndexConsistent",
             "NothingLeaks",
+            "ChainStopsAtMiss",
+            "ChainWindowWaits",
+            "ChainHitsAnswered",
             "steer",
             "conforms_to_reference",
         )
@@ -1112,6 +1168,27 @@ def lookup_machine(
 
         def NothingLeaks(self) -> None:
             self._check("NothingLeaks")
+
+        # The chain walk's invariants (kvprobe.spec.model_chain), on the model and on the
+        # implementation (its history recorded from the walks' trace events).  Counted hits
+        # are checked on the implementation by LookupChain itself (its answer against the
+        # model's record of the backend's answers).
+
+        def _check_chain(self, name: str, real: bool = True) -> None:
+            holds = model_chain.CHAIN_INVARIANTS[name]
+            assert holds(self.s), f"{name} broken by the reference model itself"
+            if real:
+                broken = [a for a in self._real().chain_asks if not holds(model.State(chain_asks=(a,)))]
+                assert not broken, f"{name} broken by the implementation: {broken[0]}"
+
+        def ChainStopsAtMiss(self) -> None:
+            self._check_chain("ChainStopsAtMiss")
+
+        def ChainWindowWaits(self) -> None:
+            self._check_chain("ChainWindowWaits")
+
+        def ChainHitsAnswered(self) -> None:
+            self._check_chain("ChainHitsAnswered", real=False)
 
         def steer(self) -> None:
             """Guide generation toward the interleavings where the lifecycle is subtle.

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvprobe.backends import InMemoryBackend
+from kvprobe.spec.model_chain import refusal
 from kvprobe.statemachine import (
     AsyncLookupManager,
     ChainAnswer,
@@ -43,27 +44,17 @@ def manager(
     )
 
 
-def window_start(first: int | str, index: int) -> int:
-    """Where the window holding ``index`` starts: windows of ``first``, ``2 first``, ``4 first``, ... keys."""
-    if first == "all":
-        return 0
-    assert isinstance(first, int)
-    start, size = 0, first
-    while start + size <= index:
-        start, size = start + size, 2 * size
-    return start
-
-
 def single_lookups(m: AsyncLookupManager, keys: Sequence[bytes], ctx: ReqContext, window: int | str) -> ChainAnswer:
     """The reference: the chain's contract, spelled out with single lookups.
 
     Key ``i`` is looked up while no earlier answer was False and every key
-    before ``i``'s window answered True; the first key that may not be is
-    where the walk ends.
+    before ``i``'s window answered True (the reference model's rule); the
+    first key that may not be is where the walk ends.
     """
     verdicts: list[bool | None] = []
-    for index, key in enumerate(keys):
-        if any(v is not True for v in verdicts[: window_start(window, index)]):
+    first = None if window == "all" else int(window)
+    for key in keys:
+        if refusal(verdicts, first) is not None:
             break
         verdict = m.lookup(key, ctx)
         verdicts.append(verdict)
