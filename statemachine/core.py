@@ -73,7 +73,7 @@ from kvprobe.statemachine.types import (
     Stats,
     is_death_marker,
 )
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
+from kvprobe.statemachine.windows import ALL
 
 _C = TypeVar("_C")
 
@@ -134,9 +134,10 @@ class LookupCore:
         self._batch_ids = itertools.count(1)
         self._group_ids = itertools.count(1)
         #: The first window of :meth:`lookup_chain`'s walk, in keys (windows
-        #: then double); ``windows.ALL`` (0): one window, every key.  Set it
-        #: through ``AsyncLookupManager(chain_window=...)``, which checks it.
-        self.chain_window: int = DEFAULT_CHAIN_WINDOW
+        #: then double); ``windows.ALL`` (0): one window, every key.  A bare
+        #: core walks the whole chain; ``AsyncLookupManager(chain_window=...)``
+        #: checks the value it sets (default ``windows.DEFAULT_CHAIN_WINDOW``).
+        self.chain_window: int = ALL
 
     @property
     def stats(self) -> Stats:
