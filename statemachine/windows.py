@@ -23,10 +23,10 @@ chains (one per KV-cache group) or a chain that grew needs no bookkeeping.
 walk of earlier releases, which looks up every key up to the first known
 miss in its first call.
 
-Costs, measured by ``python -m bench.chains --part windows`` (docs/chains.md):
-a stored prefix of ``p`` keys is decided in about ``log2(p / f) + 2`` calls
-instead of 2, and probes at most about ``2p + f`` keys instead of the whole
-chain.
+Costs (docs/chains.md; ``python -m bench.chains --part windows``): a stored
+prefix of ``p`` keys is decided in one call more than there are windows up
+to the one holding key ``p`` (the first key not stored), instead of 2, and
+costs at most ``2p + f`` backend checks instead of the whole chain.
 """
 
 from __future__ import annotations
