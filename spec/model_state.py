@@ -152,14 +152,14 @@ def frozen_map(items: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
 class ChainAsk(NamedTuple):
     """One Lookup made by a chain walk, as it happened (history, read only by the chain invariants).
 
-    ``index`` is the key's position in the chain, ``window_start`` where
+    ``position`` is the key's index in the chain, ``window_start`` where
     the window holding it starts (by the walk's schedule), and ``before``
     the verdicts the walk's earlier keys had at that moment, in chain order.
     """
 
     req: str
     key: Key
-    index: int
+    position: int
     window_start: int
     before: tuple[bool | None, ...]
 

@@ -171,12 +171,16 @@ class TraceChecker:
             raise self.fail(
                 event, f"chain index {index!r} of {req}: not the next key of a walk (its events are consecutive)"
             )
-        if window != "all" and (type(window) is not int or window < 1):
+        if window == "all":
+            first = None
+        elif type(window) is int and window >= 1:
+            first = window
+        else:
             raise self.fail(event, f"chain window {window!r}: neither 'all' nor a positive int")
         walked = self.walk[1]
         before = [probe.verdict if (probe := self.s.probes.get(k)) else None for k in walked]
         walked.append(key)
-        return chain_step(self.s, req, key, before, None if window == "all" else window)
+        return chain_step(self.s, req, key, before, first)
 
     def flush(self, event: Mapping[str, object]) -> None:
         self.s, groups = model.flush(self.s)

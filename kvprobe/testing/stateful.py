@@ -698,7 +698,7 @@ def lookup_machine(
             self.s, want = model_chain.lookup_chain(self.s, keys, req, first or None)
             got = (answer.leading_hits, answer.stopped_at_miss, answer.pending, answer.looked_up)
             assert got == want, (
-                f"lookup_chain({[k.hex() for k in keys]}, {req}) returned {got}, the model {want} "
+                f"lookup_chain({[k.hex() for k in keys]}, {req}): the manager answered {got}, the model says {want} "
                 f"(leading_hits, stopped_at_miss, pending, looked_up; first window {first or 'all'})"
             )
             states = self.m.core.states
