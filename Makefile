@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test lint bench rgw compiled pure test-compiled
+.PHONY: check test lint bench rgw compiled pure test-compiled test-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -63,3 +63,9 @@ pure:
 
 test-compiled: rgw compiled
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest; s=$$?; $(MAKE) -s pure; exit $$s
+
+# vLLM 0.33.0's own tier tests (on vLLM's class and with the one-line switch)
+# and this repository's tests that need the release, in a separate venv
+# (.venv-vllm, about 6 minutes to build the first time): docs/vllm.md.
+test-vllm:
+	bash tests/vllm_release/run.sh

@@ -11,20 +11,41 @@ stuck past ``lookup_timeout_s``.  Sharing one agent under a lock would make
 every later batch wait for the stuck one; instead each concurrent call takes
 an idle agent or creates one, up to ``max_agents``.  Beyond that a call fails
 at once (the manager counts it and answers MISS) instead of queueing.
+
+NIXL's log.  NIXL logs through Abseil, to stderr, from the level in
+``NIXL_LOG_LEVEL`` read when NIXL is loaded; its OBJ plugin writes an ERROR
+line per failed HEAD (thousands a second under throttling, which the object
+backend handles and counts).  :func:`load_nixl` sets ``NIXL_LOG_LEVEL=FATAL``
+before importing NIXL unless the variable is set (``ERROR``, ``WARN`` or
+``INFO`` bring NIXL's lines back).
+
+Exit.  A call inside NIXL when the interpreter finalizes returns into a
+thread Python has stopped, and the process aborts (``terminate called without
+an active exception``).  An ``atexit`` hook closes every live pool and waits,
+at most :data:`EXIT_WAIT_S` seconds, until every lent agent is back (each
+NIXL call returns within the SDK's request timeout, about 3 s); agents are
+destroyed there, before finalization.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import itertools
 import os
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["AgentPool", "load_nixl", "new_agent_name", "nixl_unavailable"]
+__all__ = ["EXIT_WAIT_S", "AgentPool", "load_nixl", "new_agent_name", "nixl_unavailable"]
+
+#: How long the exit hook waits for NIXL calls still running (a frozen store's
+#: HEADs fail after the SDK's 3 s request timeout; connects after a few more).
+EXIT_WAIT_S = 10.0
 
 _INSTALL_HINT = "install it with: pip install 'kvprobe[nixl]' (which installs nixl-cu12; install torch==2.13.0 first)"
 _counter = itertools.count(1)
@@ -37,10 +58,11 @@ def load_nixl() -> Any:
         ImportError: neither ``nixl_cu12`` nor ``nixl`` can be imported; the
             message names ``kvprobe[nixl]``.
     """
-    # NIXL's own logger prints an INFO line per agent to stdout; quiet by
-    # default, and NIXL_LOG_LEVEL=INFO (read when NIXL is first imported)
-    # brings the lines back.
-    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
+    # NIXL logs an INFO line per agent and, from the OBJ plugin, an ERROR
+    # line per failed HEAD; quiet by default (the object backend counts and
+    # logs its failures itself), and NIXL_LOG_LEVEL=ERROR or INFO (read when
+    # NIXL is first imported) brings the lines back.
+    os.environ.setdefault("NIXL_LOG_LEVEL", "FATAL")
     errors: list[str] = []
     for name in ("nixl_cu12._api", "nixl._api"):
         try:
@@ -105,7 +127,7 @@ class AgentPool:
         self._params = dict(params)
         self.max_agents = max_agents
         self._before_create = before_create
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified when a lent agent comes back
         self._idle: list[Any] = []
         self._alive = 0
         self._closed = False
@@ -114,6 +136,7 @@ class AgentPool:
         # fail at construction, not at the first lookup.
         self._idle.append(self._create())
         self._alive = 1
+        _LIVE_POOLS.add(self)
 
     def _create(self) -> Any:
         name = new_agent_name(self.kind)
@@ -174,6 +197,7 @@ class AgentPool:
                     del agent
                 else:
                     self._idle.append(agent)
+                self._lock.notify_all()
 
     @property
     def busy(self) -> int:
@@ -193,3 +217,28 @@ class AgentPool:
             idle, self._idle = self._idle, []
             self._alive -= len(idle)
         idle.clear()
+
+    def wait_returned(self, timeout_s: float) -> bool:
+        """Wait until no agent is lent (every NIXL call returned); False if ``timeout_s`` passed first."""
+        end = time.monotonic() + timeout_s
+        with self._lock:
+            while self._alive > len(self._idle):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+
+_LIVE_POOLS: weakref.WeakSet[AgentPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_pools_at_exit() -> None:
+    """Close every live pool and wait for its NIXL calls, before the interpreter stops its threads."""
+    pools = list(_LIVE_POOLS)
+    for pool in pools:
+        pool.close()
+    end = time.monotonic() + EXIT_WAIT_S
+    for pool in pools:
+        pool.wait_returned(max(0.0, end - time.monotonic()))

@@ -13,14 +13,28 @@ default connection limit).  So a group is never one call:
   concurrent groups take **turns** on the pool (round robin, not first come
   first served), so a small group waits for at most one chunk of each
   larger group ahead of it;
-* a chunk that fails is **split into single keys**, each retried (from its
-  second retry on through ``query_one`` when given: a client that reports
-  why a request failed, slower than NIXL) after a
-  **jittered exponential backoff** (``base * 2**attempt``,
-  capped, times a uniform factor in [0.5, 1.5]), so one key's failing HEAD
-  never decides another key's verdict: retried alone, each key gets its own
-  answer (splitting re-sends no more HEADs than retrying the chunk whole,
-  and settles every key in one more round);
+* a chunk that fails is **split** and only its parts are retried, after a
+  **jittered exponential backoff** (``base * 2**attempt``, capped, times a
+  uniform factor in [0.5, 1.5]).  NIXL keeps no answer of a failed query
+  (the store answered, and billed, its other HEADs), so the size of a query
+  **adapts** (:class:`QuerySize`): it halves after a failure and grows by one
+  key after a full-size success, and a failed query's keys are retried in
+  parts of that size, at most half of it.  Under rare failures a query stays
+  large (few queries, every pool thread carrying many HEADs, as the first
+  round did); under frequent ones queries shrink until most succeed, so
+  fewer answers are lost with each failure, and a key that keeps failing is
+  isolated in ``log2(size)`` rounds while the keys around it are answered.
+  A single key's retries from attempt ``query_one_from`` on go through
+  ``query_one`` when given (a client that reports why a request failed);
+* every query waits for the **pace** of the store
+  (:mod:`kvprobe.backends._pacing`): a rate shared with every other call,
+  backend and manager of the process on the same store, adjusted to the
+  store's throttling.  A call reserves its next query's HEADs when it is
+  about to submit it, one reservation ahead at a time, so concurrent calls
+  interleave; a query the pace cannot start before the deadline (less a
+  query's usual duration) is **shed**: its keys, and the call's other
+  queries not yet started, are answered MISS at once and counted, instead
+  of waiting for the deadline;
 * everything happens inside the call's **deadline**: at the deadline the
   chunks not yet started are cancelled, the call returns, and each key still
   without an answer reads as MISS, counted by cause.  A call never outlives
@@ -32,24 +46,40 @@ default connection limit).  So a group is never one call:
 This module is pure Python around one callable ``query(names) -> list`` so
 its policy is testable without a store.  The policy itself (which chunks to
 query when, what an answer or a failure means, what counts at the deadline)
-is :class:`RetryPlan`, which has no clock and no I/O: :class:`ChunkedLookup`
-drives it with threads and ``time.monotonic``, and the fleet simulator
-(``python -m bench.fleet``) drives the same object on a virtual clock.
+is :class:`~kvprobe.backends._obj_plan.RetryPlan`, which has no clock and no
+I/O (re-exported here with the rest of :mod:`kvprobe.backends._obj_plan`),
+and so are :class:`~kvprobe.backends._obj_plan.QuerySize` and the pace's
+:class:`~kvprobe.backends._pacing.PaceCore`:
+:class:`ChunkedLookup` drives them with threads and ``time.monotonic``, and
+the fleet simulator (``python -m bench.fleet``) drives the same objects on a
+virtual clock.  Each failed query is logged at DEBUG on this module's logger
+(``kvprobe.backends._obj_lookup``), with its size and cause.
 """
 
 from __future__ import annotations
 
-import heapq
+import logging
+import math
 import random
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from kvprobe.backends._fair_pool import FairPool
+from kvprobe.backends._obj_plan import (
+    FAILED_OTHER,
+    FAILURE_CAUSES,
+    Chunk,
+    LookupCounters,
+    QuerySize,
+    RetryPlan,
+    RetryPolicy,
+)
+from kvprobe.backends._pacing import Pacer
 
 __all__ = [
     "FAILED_OTHER",
@@ -57,198 +87,42 @@ __all__ = [
     "Chunk",
     "ChunkedLookup",
     "LookupCounters",
+    "QuerySize",
     "RetryPlan",
     "RetryPolicy",
+    "RunResult",
 ]
 
-#: Why a query failed, as counted in ``failed_<cause>``: a ``503 SlowDown``,
-#: another 5xx answer, a connection reset, a request that timed out, or a
-#: failure whose cause the client does not report (NIXL raises one
-#: ``NIXL_ERR_BACKEND`` for all of the first three).
-FAILURE_CAUSES = ("throttled", "server_error", "reset", "timed_out", "other")
-FAILED_OTHER = "other"
+_log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Backoff of failed chunks: ``min(cap_s, base_s * 2**attempt) * uniform(0.5, 1.5)``."""
+class RunResult(NamedTuple):
+    """A call's verdicts, how many names the store answered, and how many were shed (MISS at once)."""
 
-    base_s: float = 0.02
-    cap_s: float = 0.5
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        return float(min(self.cap_s, self.base_s * (2 ** min(attempt, 30))) * rng.uniform(0.5, 1.5))
+    verdicts: list[bool]
+    answered: int
+    shed: int
 
 
 @dataclass
-class LookupCounters:
-    """What the object backend's lookups did, summed over calls (read with ``snapshot``).
+class _Outcome:
+    """One query as its pool thread saw it: when it ran, and its answers or its error."""
 
-    ``failed_queries``: NIXL queries that raised (an error answer for at least
-    one HEAD: throttling ``503``, ``500``, a reset, ``403``... NIXL does not
-    say which); ``retried_keys``: key lookups issued again after such a
-    failure; ``miss_failing``: keys answered MISS because their last query
-    failed and the deadline came before a retry answered; ``miss_in_flight``:
-    MISS because their query was still running at the deadline (a slow or
-    frozen server); ``miss_not_started``: MISS because the deadline came
-    before their chunk could start (the pool was busy).
-    """
-
-    calls: int = 0
-    keys: int = 0
-    queries: int = 0
-    failed_queries: int = 0
-    retried_keys: int = 0
-    miss_failing: int = 0
-    miss_in_flight: int = 0
-    miss_not_started: int = 0
-    failed_throttled: int = 0
-    failed_server_error: int = 0
-    failed_reset: int = 0
-    failed_timed_out: int = 0
-    failed_other: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for name, value in deltas.items():
-                setattr(self, name, getattr(self, name) + value)
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {name: getattr(self, name) for name in self.__dataclass_fields__ if not name.startswith("_")}
-
-
-@dataclass(order=True)
-class _Retry:
-    ready_at: float
-    chunk: Chunk = field(compare=False)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Names ``start:stop`` of a call, queried together; ``attempt`` 0 is the first query."""
-
-    start: int
-    stop: int
-    attempt: int
-
-
-class RetryPlan:
-    """The retry policy of one call, without I/O or clocks: which chunks to query when, and what answers mean.
-
-    A driver (the thread pool of :class:`ChunkedLookup`, or the fleet
-    simulator's virtual clock in ``bench.fleet``) asks :meth:`due` for the
-    chunks to query now, reports each query's outcome with :meth:`answered`
-    or :meth:`failed`, sleeps until :meth:`next_retry_at` or the next outcome,
-    and at the deadline (or when :attr:`finished`) calls :meth:`settle`.
-
-    Args:
-        n: names in the call.
-        chunk: names per first query.
-        retry: backoff of a failed chunk's keys; None: a failed chunk's keys
-            are never retried (they read as MISS at the deadline).
-        rng: draws the jitter.
-        now, deadline_s: the call's start and how long it may take
-            (:attr:`end` is the deadline's time on the driver's clock).
-    """
-
-    def __init__(
-        self, n: int, chunk: int, retry: RetryPolicy | None, rng: random.Random, now: float, deadline_s: float
-    ) -> None:
-        self.n = n
-        self.retry = retry
-        self.end = now + deadline_s
-        self.verdicts: list[bool | None] = [None] * n
-        self.last_failed = [False] * n  # True while a key's latest query failed
-        self.queries = self.failed_queries = self.retried = 0
-        self.failures: Counter[str] = Counter()  # failed queries by cause
-        self._rng = rng
-        self._first = [Chunk(start, min(n, start + chunk), 0) for start in range(0, n, chunk)]
-        self._retries: list[_Retry] = []
-        self._open = n  # names without an answer
-
-    @property
-    def finished(self) -> bool:
-        """Every name has an answer."""
-        return self._open == 0
-
-    def due(self, now: float) -> list[Chunk]:
-        """The chunks to query now: the first chunks (once), then retries whose backoff has passed."""
-        out, self._first = self._first, []
-        while self._retries and self._retries[0].ready_at <= now:
-            out.append(heapq.heappop(self._retries).chunk)
-        return out
-
-    def next_retry_at(self) -> float | None:
-        """When the earliest pending retry becomes due (None: no retry pending)."""
-        return self._retries[0].ready_at if self._retries else None
-
-    def answered(self, chunk: Chunk, answers: Sequence[object]) -> None:
-        """A query of ``chunk`` answered: ``None`` means absent, anything else stored."""
-        self.queries += 1
-        verdicts, last_failed = self.verdicts, self.last_failed
-        for i, answer in enumerate(answers, chunk.start):
-            if verdicts[i] is None:
-                self._open -= 1
-            verdicts[i] = answer is not None
-            last_failed[i] = False
-
-    def failed(self, chunk: Chunk, now: float, cause: str = FAILED_OTHER) -> None:
-        """A query of ``chunk`` failed (``cause``: one of :data:`FAILURE_CAUSES`): retry each key alone."""
-        self.queries += 1
-        self.failed_queries += 1
-        self.failures[cause] += 1
-        for i in range(chunk.start, chunk.stop):
-            self.last_failed[i] = True
-        if self.retry is None:
-            return
-        for i in range(chunk.start, chunk.stop):
-            ready = now + self.retry.delay(chunk.attempt, self._rng)
-            heapq.heappush(self._retries, _Retry(ready, Chunk(i, i + 1, chunk.attempt + 1)))
-        self.retried += chunk.stop - chunk.start
-
-    def settle(self, in_flight: Iterable[Chunk]) -> tuple[list[bool], int, dict[str, int]]:
-        """The verdicts (``False`` for a name unanswered), how many names were answered, and the counts.
-
-        ``in_flight``: chunks whose query was running when the call ended
-        (their answers will be dropped).  The counts are the
-        :class:`LookupCounters` fields this call adds to.
-        """
-        running = {i for c in in_flight for i in range(c.start, c.stop)}
-        miss_failing = miss_in_flight = miss_not_started = 0
-        for i, verdict in enumerate(self.verdicts):
-            if verdict is None:
-                if self.last_failed[i]:
-                    miss_failing += 1
-                elif i in running:
-                    miss_in_flight += 1
-                else:
-                    miss_not_started += 1
-        counts = {
-            "calls": 1,
-            "keys": self.n,
-            "queries": self.queries,
-            "failed_queries": self.failed_queries,
-            "retried_keys": self.retried,
-            "miss_failing": miss_failing,
-            "miss_in_flight": miss_in_flight,
-            "miss_not_started": miss_not_started,
-        }
-        for cause, count in self.failures.items():
-            counts[f"failed_{cause}"] = count
-        return [bool(v) for v in self.verdicts], self.n - self._open, counts
+    started: float
+    ended: float
+    answers: list[Any] | None = None
+    error: BaseException | None = None
 
 
 class ChunkedLookup:
-    """Runs ``query`` over chunks of a call's names on a bounded pool, with retries, inside a deadline.
+    """Runs ``query`` over chunks of a call's names on a bounded pool, paced, with retries, inside a deadline.
 
     Args:
         query: ``query(names) -> list`` with one answer per name (``None``
             for absent), raising if any name's lookup failed.  It is called
             from the pool's threads, at most ``agents`` at a time.
         agents: pool threads (concurrent queries).
-        chunk: names per first query.
+        chunk: names per query at most (and at first: see :class:`QuerySize`).
         retry: backoff policy (None: a failed chunk's keys are not retried).
         seed: for the jitter (None: from the OS).
         classify: ``classify(exc, elapsed_s) -> cause`` (one of
@@ -264,6 +138,9 @@ class ChunkedLookup:
             first retry stays on ``query``, the fast path: under light
             throttling most keys succeed there, and boto3 costs Python CPU
             per request).
+        pacer: the store's pace, shared (None: unpaced, never shed).
+        retry_after: ``retry_after(exc) -> seconds | None``, the store's
+            ``Retry-After`` carried by a failure, for the pacer.
     """
 
     def __init__(
@@ -277,6 +154,8 @@ class ChunkedLookup:
         classify: Callable[[BaseException, float], str] | None = None,
         query_one: Callable[[str], Any] | None = None,
         query_one_from: int = 2,
+        pacer: Pacer | None = None,
+        retry_after: Callable[[BaseException], float | None] | None = None,
     ) -> None:
         self._query = query
         self._query_one = query_one
@@ -284,15 +163,21 @@ class ChunkedLookup:
         self.classify = classify or _unknown_cause
         self.chunk = chunk
         self.retry = retry
+        self.pacer = pacer
+        self._retry_after = retry_after
         self.counters = LookupCounters()
+        self.sizes = QuerySize(chunk)
+        self._agents = agents
         self._rng = random.Random(seed)
+        self._lock = threading.Lock()  # the shared QuerySize and query duration
+        self._query_s = 0.0  # a successful query's usual duration (smoothed): a shed's margin
         # Concurrent runs take turns on the pool (not FIFO): a small group
         # never waits behind every chunk of a large one (see _fair_pool).
         self._pool = FairPool(agents, "kvprobe-obj")
         self._closed = False
 
-    def run(self, names: Sequence[str], deadline_s: float) -> tuple[list[bool], int]:
-        """One verdict per name (``False`` for a name unanswered at the deadline), and how many were answered.
+    def run(self, names: Sequence[str], deadline_s: float) -> RunResult:
+        """One verdict per name (``False`` for a name unanswered at the deadline, or shed), with counts.
 
         Raises:
             RuntimeError: the engine is closed.
@@ -300,51 +185,69 @@ class ChunkedLookup:
         if self._closed:
             raise RuntimeError("the object backend was closed")
         plan = RetryPlan(len(names), self.chunk, self.retry, self._rng, time.monotonic(), deadline_s)
-        cancelled = threading.Event()
-        running: dict[Future[list[Any]], tuple[Chunk, float]] = {}
+        call = _Call(self, names, plan)
         while True:
             now = time.monotonic()
-            for chunk in plan.due(now):
-                single = chunk.attempt >= self._query_one_from and chunk.stop - chunk.start == 1
-                future = self._pool.submit(plan, self._guarded, cancelled, names[chunk.start : chunk.stop], single)
-                running[future] = (chunk, now)
-            if now >= plan.end or plan.finished or not (running or plan.next_retry_at() is not None):
+            call.backlog.extend(plan.due_retries(now))
+            call.dispatch(now)
+            if now >= plan.end or plan.finished or not call.pending():
                 break
-            timeout = plan.end - now
-            ready_at = plan.next_retry_at()
-            if ready_at is not None:
-                timeout = min(timeout, max(0.0, ready_at - now))
-            if not running:
+            wake = min(plan.end, plan.next_retry_at() or math.inf, call.held[0] if call.held else math.inf)
+            timeout = max(0.0, wake - now)
+            if not call.running:
                 time.sleep(timeout)
                 continue
-            done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            done, _ = wait(call.running, timeout=timeout, return_when=FIRST_COMPLETED)
             for future in done:
-                chunk, started = running.pop(future)
-                if future.cancelled():
-                    continue
-                exc = future.exception()
-                if isinstance(exc, _NotRun):
-                    continue
-                if exc is None:
-                    plan.answered(chunk, future.result())
-                else:
-                    plan.failed(chunk, time.monotonic(), self.classify(exc, time.monotonic() - started))
-        # The deadline (or every key answered): stop what has not started.
-        cancelled.set()
-        in_flight = [chunk for future, (chunk, _) in running.items() if not future.cancel()]
-        verdicts, answered, counts = plan.settle(in_flight)
+                chunk = call.running.pop(future)
+                outcome = None if future.cancelled() else future.result()
+                if outcome is not None:
+                    self._record(plan, chunk, outcome)
+        # The deadline (or every key answered or shed): stop what has not started.
+        verdicts, answered, counts = call.end()
         self.counters.add(**counts)
-        return verdicts, answered
+        return RunResult(verdicts, answered, counts["shed"])
 
-    def _guarded(self, cancelled: threading.Event, names: Sequence[str], single: bool) -> list[Any]:
+    def query_size(self) -> int:
+        """Keys per query now (see :class:`QuerySize`)."""
+        with self._lock:
+            return self.sizes.size
+
+    def _record(self, plan: RetryPlan, chunk: Chunk, outcome: _Outcome) -> None:
+        keys = chunk.stop - chunk.start
+        if outcome.error is None:
+            assert outcome.answers is not None
+            plan.answered(chunk, outcome.answers)
+            with self._lock:
+                self.sizes.answered(keys)
+                self._query_s = 0.8 * self._query_s + 0.2 * (outcome.ended - outcome.started)
+            if self.pacer is not None:
+                self.pacer.answered(outcome.started, keys)
+            return
+        cause = self.classify(outcome.error, outcome.ended - outcome.started)
+        _log.debug("a query of %d keys failed (%s): %s", keys, cause, outcome.error)
+        with self._lock:
+            if cause != "timed_out":
+                self.sizes.failed(keys)
+            part = self.sizes.size
+        if self.pacer is not None and cause != "timed_out":
+            self.pacer.failed(outcome.started, keys, self._retry_after(outcome.error) if self._retry_after else None)
+        plan.failed(chunk, time.monotonic(), cause, part)
+
+    def _guarded(self, cancelled: threading.Event, names: Sequence[str], single: bool) -> _Outcome | None:
         if cancelled.is_set():
-            raise _NotRun
-        if single and self._query_one is not None:
-            return [self._query_one(names[0])]
-        answers = self._query(names)
-        if len(answers) != len(names):
-            raise RuntimeError(f"NIXL OBJ answered {len(answers)} results for {len(names)} objects")
-        return answers
+            return None  # its call has returned: never sent
+        started = time.monotonic()
+        try:
+            if single and self._query_one is not None:
+                answers = [self._query_one(names[0])]
+            else:
+                answers = self._query(names)
+                if len(answers) != len(names):
+                    raise RuntimeError(f"NIXL OBJ answered {len(answers)} results for {len(names)} objects")
+        except Exception as exc:  # the query's failure is its outcome, retried by the plan
+            return _Outcome(started, time.monotonic(), error=exc)
+        return _Outcome(started, time.monotonic(), answers=answers)
 
     def close(self) -> None:
         """Cancel queued chunks and let the pool's threads end (a running query finishes first).  Idempotent."""
@@ -352,10 +255,78 @@ class ChunkedLookup:
         self._pool.shutdown()
 
 
+class _Call:
+    """One ``run``'s chunks between the plan and the pool: queued, held for the pace, running."""
+
+    def __init__(self, engine: ChunkedLookup, names: Sequence[str], plan: RetryPlan) -> None:
+        self.engine = engine
+        self.names = names
+        self.plan = plan
+        self.cancelled = threading.Event()
+        self.backlog: deque[Chunk] = deque()  # due, not yet reserved
+        self.held: tuple[float, Chunk] | None = None  # reserved for a start in the future
+        self.running: dict[Future[_Outcome | None], Chunk] = {}
+        self.paced = 0
+
+    def pending(self) -> bool:
+        """Something is running, held, queued, not yet sent or waiting for its backoff."""
+        plan = self.plan
+        return bool(self.running or self.held or self.backlog) or plan.unsent or plan.next_retry_at() is not None
+
+    def dispatch(self, now: float) -> None:
+        """Submit what the pace allows: at most ``agents`` queries of this call in the pool, one held ahead.
+
+        Every key is asked once before any is asked again (the next first
+        query, of the size queries have now, then the retries due): under an
+        outage or heavy throttling a key never asked would otherwise wait
+        behind retries that keep failing.
+        """
+        engine = self.engine
+        if self.held is not None:
+            if self.held[0] > now:
+                return
+            self._submit(self.held[1])
+            self.held = None
+        while len(self.running) < engine._agents:
+            chunk = self.plan.next_first(engine.query_size()) if self.plan.unsent else None
+            if chunk is None and self.backlog:
+                chunk = self.backlog.popleft()
+            if chunk is None:
+                return
+            if engine.pacer is None:
+                self._submit(chunk)
+                continue
+            at = engine.pacer.reserve(chunk.stop - chunk.start, not_after=self.plan.end - engine._query_s)
+            if at is None:  # later ones would start later still: answer them now
+                for given_up in (chunk, *self.backlog):
+                    self.plan.shed(given_up)
+                self.backlog.clear()
+                self.plan.shed_unsent()
+                return
+            if at > time.monotonic():  # the pace's clock has moved on since `now`
+                self.held = (at, chunk)
+                self.paced += 1
+                return
+            self._submit(chunk)
+
+    def _submit(self, chunk: Chunk) -> None:
+        engine = self.engine
+        single = chunk.attempt >= engine._query_one_from and chunk.stop - chunk.start == 1
+        names = self.names[chunk.start : chunk.stop]
+        future = engine._pool.submit(self.plan, engine._guarded, self.cancelled, names, single)
+        self.running[future] = chunk
+
+    def end(self) -> tuple[list[bool], int, dict[str, int]]:
+        """Cancel what has not started, give back a held reservation, and settle the plan."""
+        self.cancelled.set()
+        if self.held is not None and self.engine.pacer is not None:
+            self.engine.pacer.release(self.held[1].stop - self.held[1].start)
+        in_flight = [chunk for future, chunk in self.running.items() if not future.cancel()]
+        verdicts, answered, counts = self.plan.settle(in_flight)
+        counts["paced_queries"] = self.paced
+        return verdicts, answered, counts
+
+
 def _unknown_cause(exc: BaseException, elapsed_s: float) -> str:
     del exc, elapsed_s
     return FAILED_OTHER
-
-
-class _NotRun(Exception):
-    """A chunk whose call had already returned when its turn came."""

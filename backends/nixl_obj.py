@@ -6,19 +6,54 @@ for an existing object (possibly empty) and ``None`` for a 404; any other
 failure of any one HEAD raises for the whole query.
 
 How a group is looked up (see :mod:`kvprobe.backends._obj_lookup`): its keys
-are cut into chunks of ``agent_threads`` keys, queried on a shared pool of
-``ceil(num_threads / agent_threads)`` threads, each with its own NIXL agent,
-so ``num_threads`` HEADs are in flight per backend (one NIXL agent alone
-keeps about 25 in flight whatever its own ``num_threads`` says).  A chunk
-whose query fails (``503 SlowDown``, ``500``, a reset, a timeout) is split
-and retried with jittered exponential backoff, so one key's failure never
-decides another key's verdict for long; at ``deadline_s`` the call returns,
-and each key still without an answer reads as MISS, counted by cause in
-:attr:`NixlObjBackend.stats`.  If not a single key was answered the call
-raises :class:`ObjStoreUnavailableError` instead (the manager then counts a
-backend error and answers MISS for the group).  Set the manager's
-``lookup_timeout_s`` a little above ``deadline_s``: the call then always
-returns before the manager gives up on it, and no caller thread is stranded.
+are cut into queries of at most ``agent_threads`` keys, run on a shared pool
+of ``ceil(num_threads / agent_threads)`` threads, each with its own NIXL
+agent, so ``num_threads`` HEADs are in flight per backend (one NIXL agent
+alone keeps about 25 in flight whatever its own ``num_threads`` says).  NIXL
+keeps no answer of a query in which one HEAD failed, so the query size
+adapts (halved by a failure, one key more after each full-size success) and
+a failed query's keys are retried in parts of that size (at most half of
+it), with jittered exponential backoff: one key's failure never decides
+another key's verdict, and a failing key is isolated in a few rounds while
+the keys around it are answered.  At ``deadline_s`` the call returns, and
+each key still without an answer reads as MISS, counted by cause in
+:attr:`NixlObjBackend.stats`.  If not a single key was answered (and not
+every key was shed, below) the call raises :class:`ObjStoreUnavailableError`
+instead (the manager then counts a backend error and answers MISS for the
+group).  Set the manager's ``lookup_timeout_s`` a little above
+``deadline_s``: the call then always returns before the manager gives up on
+it, and no caller thread is stranded.
+
+Pacing (see :mod:`kvprobe.backends._pacing`).  Every query first reserves
+its HEADs from the store's pace, :attr:`NixlObjBackend.pacer`, which every
+backend of the process on the same endpoint, bucket and prefix shares (so
+every group and every manager): unpaced until the store pushes back, then a
+CUBIC rate lowered by failed queries (a ``503`` counts, with or without a
+body; so do NIXL's failures, whose cause it does not report; timeouts do
+not) and checked: a decrease that does not reduce the failures per HEAD,
+while the store answers fewer HEADs per second, is undone.  A ``Retry-After``
+on a failure (boto3's retries see the headers; NIXL's do not) holds every
+query of the store until then.  Keys whose query the pace cannot start
+before the deadline are answered MISS at once and counted ``shed``.
+
+Quiet by default.  NIXL writes one glog-style line per failed HEAD to stderr
+(``checkObjectExistsAsync error: No response body.``: thousands under
+throttling), through Abseil logging whose threshold it reads from
+``NIXL_LOG_LEVEL`` when it is first loaded.  Unless the variable is already
+set, :func:`kvprobe.backends._nixl_import.load_nixl` sets
+``NIXL_LOG_LEVEL=FATAL`` before it imports NIXL; each failed query is logged
+instead at DEBUG on the ``kvprobe.backends._obj_lookup`` logger and counted
+in :attr:`NixlObjBackend.stats`.  Set ``NIXL_LOG_LEVEL=ERROR`` (or ``INFO``)
+before the first import to see NIXL's own lines again.  If NIXL was loaded
+before kvprobe, its level is whatever that import read.
+
+Exiting cleanly.  A NIXL query still running when the interpreter finalizes
+would return into a thread Python has already stopped, and the process dies
+of ``terminate called without an active exception`` (SIGABRT).  At exit
+(``atexit``) every agent pool is closed and waits, up to
+``kvprobe.backends._nixl_import.EXIT_WAIT_S`` seconds, for the queries on
+its agents to return (the SDK's request timeout bounds them); closing the
+backend yourself does the same at exit.
 
 Bounding the AWS SDK (inside NIXL).  By default the SDK retries each failed
 HEAD about ten times with back-off: with the server down that is ~25 s per
@@ -54,19 +89,19 @@ import os
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
 from kvprobe.backends._nixl_import import AgentPool
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
+from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
+from kvprobe.backends._pacing import Pacer, shared_pacer
 from kvprobe.backends.base import Key
 from kvprobe.backends.layout import relative_name
 
-__all__ = ["BucketNotFoundError", "NixlObjBackend", "ObjStoreUnavailableError", "classify_failure"]
+__all__ = ["BucketNotFoundError", "NixlObjBackend", "ObjStoreUnavailableError", "classify_failure", "retry_after_of"]
 
-_ENV_LOCK = threading.Lock()
 _PROBE_NAME = "kvprobe-connection-check/none"
 
 
@@ -76,69 +111,6 @@ class ObjStoreUnavailableError(ConnectionError):
 
 class BucketNotFoundError(ObjStoreUnavailableError):
     """The bucket does not exist at the endpoint."""
-
-
-@contextmanager
-def _bounded_sdk_retries(max_attempts: int | None) -> Iterator[None]:
-    """Set the AWS SDK retry variables while a NIXL OBJ backend is created."""
-    if max_attempts is None:
-        yield
-        return
-    wanted = {"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": str(max_attempts)}
-    with _ENV_LOCK:
-        saved = {name: os.environ.get(name) for name in wanted}
-        os.environ.update(wanted)
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-
-
-#: A NIXL query failing after this long had a HEAD time out: the AWS SDK
-#: inside NIXL gives up on a request that transferred nothing for 3 s
-#: (measured here: a frozen server fails a query after 3.0 s, curl code 28).
-_NIXL_TIMEOUT_S = 2.7
-
-
-def classify_failure(exc: BaseException, elapsed_s: float) -> str:
-    """Why a lookup query failed: ``throttled``, ``server_error``, ``reset``, ``timed_out`` or ``other``.
-
-    boto3's errors say it exactly (the HTTP status of a ``ClientError``, the
-    exception type of a transport error).  A NIXL query raises the same
-    ``NIXL_ERR_BACKEND`` for a 503, a 500 and a reset, so it is ``other``,
-    unless it took as long as the SDK's request timeout: ``timed_out``.
-    """
-    try:
-        from botocore.exceptions import (
-            ClientError,
-            ConnectionClosedError,
-            ConnectTimeoutError,
-            ReadTimeoutError,
-        )
-    except ImportError:
-        pass
-    else:
-        if isinstance(exc, ClientError):
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if status == 503 or code == "SlowDown":
-                return "throttled"
-            if isinstance(status, int) and status >= 500:
-                return "server_error"
-            return "other"
-        if isinstance(exc, (ConnectionClosedError, ConnectionResetError)):
-            return "reset"
-        if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
-            return "timed_out"
-    if isinstance(exc, ConnectionResetError):
-        return "reset"
-    if isinstance(exc, TimeoutError) or elapsed_s >= _NIXL_TIMEOUT_S:
-        return "timed_out"
-    return "other"
 
 
 def _has_boto3() -> bool:
@@ -175,24 +147,27 @@ class NixlObjBackend:
         prefix: prepended to every object name; a ``/`` is added if missing.
         num_threads: HEADs in flight per backend, shared by concurrent
             ``batch_lookup`` calls (1..1024).
-        agent_threads: HEADs per NIXL agent and keys per first query (NIXL's
-            OBJ ``num_threads``; one agent keeps at most ~25 in flight).
+        agent_threads: HEADs per NIXL agent and the most keys per query
+            (NIXL's OBJ ``num_threads``; one agent keeps at most ~25 in
+            flight); queries shrink below it while queries fail.
         deadline_s: a ``batch_lookup`` returns within this many seconds;
             keys unanswered by then read as MISS (set the manager's
             ``lookup_timeout_s`` a little above it).
-        retry_base_s, retry_cap_s: backoff of a failed chunk's retry,
+        retry_base_s, retry_cap_s: backoff of a failed query's retries,
             ``min(cap, base * 2**attempt)`` times a jitter in [0.5, 1.5].
         max_attempts: ``AWS_MAX_ATTEMPTS`` for the SDK (1 = the SDK does
             not retry; this backend retries within ``deadline_s``).  None
             leaves the environment alone (the SDK then retries ~10 times with
             back-off: tens of seconds per key during an outage).
         connect_timeout_s: timeouts of the boto3 connection check, writers
-            and retries.
-        retry_with_boto3: send a key's second and later retries through
-            boto3 rather than NIXL, so that :attr:`stats` counts their
-            failures by cause (NIXL raises the same ``NIXL_ERR_BACKEND`` for
-            a 503, a 500 and a reset); the first retry stays on NIXL, the
-            faster path.  Ignored without boto3.
+            and retries (seconds in (0, 3600]).
+        retry_with_boto3: send a single key's retries from its second on
+            through boto3 rather than NIXL, so that :attr:`stats` counts
+            their failures by cause (NIXL raises the same
+            ``NIXL_ERR_BACKEND`` for a 503, a 500 and a reset) and the pace
+            sees the store's ``Retry-After``; queries of several keys and a
+            key's first retry stay on NIXL, the faster path.  Ignored
+            without boto3.
         seed: seeds the retry jitter (None: from the OS).
         extra_params: more OBJ ``create_backend`` parameters (strings), e.g.
             ``use_virtual_addressing`` or ``ca_bundle``; they override ours.
@@ -200,7 +175,9 @@ class NixlObjBackend:
 
     Raises:
         ImportError: NIXL or its OBJ plugin is missing (names ``kvprobe[nixl]``).
-        TypeError / ValueError: a malformed argument.
+        TypeError / ValueError: a malformed argument (a timeout that is NaN,
+            infinite, zero, negative or above an hour is a ValueError
+            naming it, raised before anything is created).
         BucketNotFoundError: the bucket does not exist (needs boto3).
         ObjStoreUnavailableError: the endpoint is unreachable, rejects us,
             or is not an S3 server (the message names endpoint and cause).
@@ -235,7 +212,14 @@ class NixlObjBackend:
         for name, value, top in (("num_threads", num_threads, 1024), ("agent_threads", agent_threads, 256)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
                 raise ValueError(f"{name} must be an int in [1, {top}], got {value!r}")
-        for name, seconds in (("deadline_s", deadline_s), ("retry_base_s", retry_base_s), ("retry_cap_s", retry_cap_s)):
+        for name, seconds in (
+            ("deadline_s", deadline_s),
+            ("retry_base_s", retry_base_s),
+            ("retry_cap_s", retry_cap_s),
+            ("connect_timeout_s", connect_timeout_s),
+        ):
+            # NaN and infinity fail the comparison too: a timeout botocore
+            # cannot wait for would blame the server for our argument.
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
                 raise ValueError(f"{name} must be a number of seconds in (0, 3600], got {seconds!r}")
         if max_attempts is not None and (
@@ -256,6 +240,8 @@ class NixlObjBackend:
         self._secret_key = secret_key if secret_key is not None else os.environ.get("AWS_SECRET_ACCESS_KEY")
         self._session_token = session_token if session_token is not None else os.environ.get("AWS_SESSION_TOKEN")
         self._s3: Any = None
+        self._s3_lock = threading.Lock()  # one boto3 client, built once, none after close()
+        self._closed = False
 
         params = {"bucket": bucket, "region": self.region, "num_threads": str(self.agent_threads)}
         if self.endpoint_url:
@@ -277,8 +263,11 @@ class NixlObjBackend:
             "OBJ",
             params,
             max_agents=self.agents + 1,  # one more for check_connection while lookups run
-            before_create=lambda: _bounded_sdk_retries(max_attempts),
+            before_create=lambda: bounded_sdk_retries(max_attempts),
         )
+        #: The store's pace, shared by every backend of the process on the
+        #: same endpoint, bucket and prefix (see :mod:`kvprobe.backends._pacing`).
+        self.pacer: Pacer = shared_pacer(self.endpoint_url or f"aws:{self.region}", bucket, self.prefix)
         self._engine = ChunkedLookup(
             self._query,
             agents=self.agents,
@@ -287,6 +276,8 @@ class NixlObjBackend:
             seed=seed,
             classify=classify_failure,
             query_one=self._head_one if retry_with_boto3 and _has_boto3() else None,
+            pacer=self.pacer,
+            retry_after=retry_after_of,
         )
         if check:
             try:
@@ -316,19 +307,24 @@ class NixlObjBackend:
         A key whose HEADs kept failing, or were still running, at the
         deadline reads as ``False`` (counted in :attr:`stats`).
 
+        Keys whose HEADs the store's pace could not start before the deadline
+        are answered ``False`` at once (``shed`` in :attr:`stats`); a call
+        that was shed whole returns all ``False`` without waiting.
+
         Raises:
             TypeError: a key is not ``bytes`` (before NIXL is called).
             RuntimeError: the backend is closed.
             ObjStoreUnavailableError: not one key was answered by the deadline
-                (the store is down, frozen or refusing every request); the
-                manager turns it into MISS for the group.
+                and not every key was shed (the store is down, frozen or
+                refusing every request); the manager turns it into MISS for
+                the group.
         """
         del req_context
         if not keys:
             return []
         names = [self.locate(k) for k in keys]
-        verdicts, answered = self._engine.run(names, self.deadline_s)
-        if answered == 0:
+        verdicts, answered, shed = self._engine.run(names, self.deadline_s)
+        if answered == 0 and shed < len(names):
             raise ObjStoreUnavailableError(
                 f"{self._where()}: none of {len(names)} keys answered within {self.deadline_s} s "
                 f"(counters so far: {self._engine.counters.snapshot()})"
@@ -343,12 +339,25 @@ class NixlObjBackend:
         boto3 retries), ``failed_queries`` and its split by cause
         (``failed_throttled``, ``failed_server_error``, ``failed_reset``,
         ``failed_timed_out``, ``failed_other``: see ``retry_with_boto3``),
-        ``retried_keys``, and the keys answered MISS for want of an answer at
+        ``retried_keys``, the keys answered MISS for want of an answer at
         the deadline, by cause: ``miss_failing`` (their HEADs kept failing:
         throttled or erroring), ``miss_in_flight`` (still running: slow or
-        frozen server), ``miss_not_started`` (the pool was busy).
+        frozen server), ``miss_not_started`` (the pool was busy), the keys
+        ``shed`` (MISS at once: the store's pace could not start their HEADs
+        before the deadline), and ``paced_queries`` (queries that waited for
+        the pace).
         """
         return self._engine.counters.snapshot()
+
+    @property
+    def pacing(self) -> dict[str, float | int | None]:
+        """The shared pace of this store: ``rate`` (HEAD/s; None while unpaced) and its counters.
+
+        ``decreases`` of the rate, of which ``undone`` (they did not help),
+        ``holds`` (Retry-After honoured) and ``refused`` reservations (keys
+        shed).  Shared by every backend of the process on the same store.
+        """
+        return self.pacer.snapshot()
 
     def _head_one(self, name: str) -> Any:
         """One HEAD through boto3: ``{}`` if stored, None if absent; raises boto3's error otherwise."""
@@ -460,7 +469,9 @@ class NixlObjBackend:
         """
         self._engine.close()
         self._pool.close()
-        client, self._s3 = self._s3, None
+        with self._s3_lock:
+            self._closed = True
+            client, self._s3 = self._s3, None
         if client is not None:
             client.close()
 
@@ -477,27 +488,39 @@ class NixlObjBackend:
         return f"NixlObjBackend(bucket={self.bucket!r}, endpoint_url={self.endpoint_url!r}, prefix={self.prefix!r})"
 
     def _client(self) -> Any:
-        if self._s3 is None:
-            try:
-                import boto3
-                from botocore.config import Config
-            except ImportError as exc:
-                raise ImportError(
-                    "NixlObjBackend's connection check and writers need boto3; pip install 'kvprobe[s3]'"
-                ) from exc
-            self._s3 = boto3.client(
-                "s3",
-                endpoint_url=self.endpoint_url,
-                region_name=self.region,
-                aws_access_key_id=self._access_key,
-                aws_secret_access_key=self._secret_key,
-                aws_session_token=self._session_token,
-                config=Config(
-                    connect_timeout=self.connect_timeout_s,
-                    read_timeout=self.connect_timeout_s,
-                    retries={"total_max_attempts": 1},
-                    max_pool_connections=max(10, self.agents + 1),
-                    s3={"addressing_style": "path"},
-                ),
-            )
-        return self._s3
+        """The backend's one boto3 client, built at first use under a lock (concurrent retries share it).
+
+        Raises:
+            ImportError: boto3 is missing.
+            RuntimeError: the backend is closed (no client is built that nobody would close).
+        """
+        with self._s3_lock:
+            if self._closed:
+                raise RuntimeError(f"{self!r} is closed")
+            if self._s3 is None:
+                self._s3 = self._new_client()
+            return self._s3
+
+    def _new_client(self) -> Any:
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError as exc:
+            raise ImportError(
+                "NixlObjBackend's connection check and writers need boto3; pip install 'kvprobe[s3]'"
+            ) from exc
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            aws_access_key_id=self._access_key,
+            aws_secret_access_key=self._secret_key,
+            aws_session_token=self._session_token,
+            config=Config(
+                connect_timeout=self.connect_timeout_s,
+                read_timeout=self.connect_timeout_s,
+                retries={"total_max_attempts": 1},
+                max_pool_connections=max(10, self.agents + 1),
+                s3={"addressing_style": "path"},
+            ),
+        )

@@ -51,7 +51,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kvprobe.backends._cpu_clock import schedstat_busy_seconds
+from kvprobe.backends._cpu_clock import process_threads_busy_seconds
+from kvprobe.backends._timeouts import PIPE_POLL_MAX_S, check_seconds
 from kvprobe.backends.base import Backend, Key
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_HELPER_NICE", "HelperProcessError", "ProcessBackend"]
@@ -77,6 +78,13 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 #: thread about half its lookup rate (``python -m bench.starvation_commits``).
 DEFAULT_HELPER_NICE = 10
 _DEFAULT_MAX_PROCS = 2
+
+
+def _pollable_seconds(name: str, value: object) -> float:
+    """``value`` if a pipe's poll can wait that long (ValueError for any bad value, as documented)."""
+    return check_seconds(
+        name, value, limit=PIPE_POLL_MAX_S, limit_name="the longest a pipe's poll can wait", wrong_type=ValueError
+    )
 
 
 def _kill_all(idle: list[_Helper], busy: set[_Helper], pid: int) -> None:
@@ -167,10 +175,10 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
 
 
 def process_busy_seconds(pid: int) -> float:
-    """Seconds process ``pid`` has run or waited in the run queue (0.0 if unreadable)."""
+    """Seconds the threads of process ``pid`` have run or waited in the run queue (0.0 if unreadable)."""
     try:
-        return schedstat_busy_seconds(f"/proc/{pid}/schedstat")
-    except (OSError, ValueError, IndexError):
+        return process_threads_busy_seconds(pid)
+    except OSError:
         return 0.0
 
 
@@ -230,7 +238,10 @@ class ProcessBackend:
     Raises:
         TypeError: ``factory`` is not callable or does not pickle, or what it
             builds has no callable ``batch_lookup``.
-        ValueError: ``max_procs`` or a timeout is not positive, or
+        ValueError: ``max_procs`` is not a positive int, a timeout is not
+            a positive number of seconds a pipe can wait for (at most
+            :data:`~kvprobe.backends._timeouts.PIPE_POLL_MAX_S`, about 24.8
+            days; the message names the argument and the limit), or
             ``helper_nice`` is not an int from 0 to 19.
         HelperProcessError: the helper did not start in time, or exited.
         Exception: whatever ``factory()`` raised in the helper (re-raised
@@ -257,11 +268,11 @@ class ProcessBackend:
             ) from exc
         if max_procs is not None and (isinstance(max_procs, bool) or not isinstance(max_procs, int) or max_procs < 1):
             raise ValueError(f"max_procs must be a positive int or None, got {max_procs!r}")
-        for name, value in (("call_timeout_s", call_timeout_s), ("start_timeout_s", start_timeout_s)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf")
-            ):
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        # Both are waited for in a pipe's poll: a longer timeout would make
+        # every wait overflow (every call failing, the helper killed).
+        if call_timeout_s is not None:
+            call_timeout_s = _pollable_seconds("call_timeout_s", call_timeout_s)
+        start_timeout_s = _pollable_seconds("start_timeout_s", start_timeout_s)
         if isinstance(helper_nice, bool) or not isinstance(helper_nice, int) or not 0 <= helper_nice <= 19:
             raise ValueError(f"helper_nice must be an int from 0 to 19, got {helper_nice!r}")
         self.factory = factory
@@ -324,9 +335,10 @@ class ProcessBackend:
 
     def cpu_seconds_of(self, thread_id: int) -> float:
         """Seconds the helper serving thread ``thread_id``'s current call has been
-        busy on it so far (running, or waiting in the run queue); 0.0 if that
-        thread makes no call (or where ``/proc`` has no ``schedstat``).
-        Never raises.
+        busy on it so far (running, or waiting in the run queue), every thread
+        of the helper counted (a tier may compute on a pool of its own while
+        the thread serving the pipe waits); 0.0 if that thread makes no call
+        (or where ``/proc`` has no ``schedstat``).  Never raises.
 
         The manager's worker reads it to tell a call that computes from one
         that waits (:mod:`kvprobe.statemachine.cpu_gate`).

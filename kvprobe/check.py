@@ -35,7 +35,7 @@ from kvprobe.check_report import TlcProgress, format_trace, report, summary
 from kvprobe.explain import explain
 from kvprobe.spec.actions import WORKER_EVENTS
 from kvprobe.tlc import CheckerMissing, TlcResult, read_trace, tla_dir, trace_coverage_line, trace_to_tla
-from kvprobe.tlc_mutants import KINDS, MUTANTS, UnknownMutant, mutant_config, root_module
+from kvprobe.tlc_mutants import KINDS, MUTANTS, UnknownMutant, find_mutant, mutant_config, root_module
 
 __all__ = [
     "EXIT_CHECKER_MISSING",
@@ -53,6 +53,7 @@ __all__ = [
     "diagram_markdown",
     "format_trace",
     "main",
+    "reach_config",
 ]
 
 EXIT_OK = 0
@@ -115,7 +116,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", default="default", help="a tla/NAME.cfg (default: default); see --list")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="a tla/NAME.cfg (default: default, or the config a --mutant is caught on); see --list",
+    )
     parser.add_argument(
         "--mutant", default="none", help="check a mutant (named or spec-level; see --list) instead of the correct model"
     )
@@ -184,6 +189,8 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_OK
     mutant = None if args.mutant == "none" else args.mutant
     _check_usage(args, mutant)
+    if args.config is None:
+        args.config = "default" if mutant is None else find_mutant(mutant).config
     progress = TlcProgress(quiet=args.quiet, every_s=args.progress_every)
     try:
         if args.trace is not None:
@@ -192,10 +199,10 @@ def _main(args: argparse.Namespace) -> int:
         config = folder / f"{args.config}.cfg"
         if not config.is_file():
             raise _UsageError(f"no config {config}; choose from {', '.join(configs())}")
-        text = config.read_text() if mutant is None else mutant_config(config.read_text(), mutant)
         root = folder / root_module(mutant)
-        if _REACH_DIRECTIVE in text:
-            return _check_reach(root, args.config, text, args.workers, progress, args.raw)
+        if _REACH_DIRECTIVE in config.read_text():
+            return _check_reach(root, args.config, config.read_text(), mutant, args.workers, progress, args.raw)
+        text = config.read_text() if mutant is None else mutant_config(config.read_text(), mutant)
         result = _run(root, text, args.workers, progress, f"{args.config}.cfg")
     except CheckerMissing as exc:
         print(f"kvprobe check: {exc}", file=sys.stderr)
@@ -256,13 +263,22 @@ def _run(spec: Path, cfg_text: str, workers: int, progress: TlcProgress, what: s
         return progress.run(what, spec, cfg, workers=workers)
 
 
-def _check_reach(spec: Path, name: str, cfg: str, workers: int, progress: TlcProgress, raw: bool) -> int:
-    """Run TLC once per property of a reachability config; each must be violated."""
-    props = _properties(cfg)
+def reach_config(cfg: str, prop: str) -> str:
+    """A reachability config's text (``tla/reach.cfg``) with only the property ``prop``: one TLC run's config."""
     head, _, _ = cfg.partition("PROPERTIES")
+    return f"{head}PROPERTIES\n    {prop}\n"
+
+
+def _check_reach(
+    spec: Path, name: str, cfg: str, mutant: str | None, workers: int, progress: TlcProgress, raw: bool
+) -> int:
+    """Run TLC once per property of a reachability config (with ``mutant``'s overrides); each must be violated."""
+    props = _properties(cfg)
     missing = []
     for prop in props:
-        result = _run(spec, f"{head}PROPERTIES\n    {prop}\n", workers, progress, f"{name}.cfg ({prop})")
+        one = reach_config(cfg, prop)
+        one = one if mutant is None else mutant_config(one, mutant)
+        result = _run(spec, one, workers, progress, f"{name}.cfg ({prop})")
         if result.outcome == "invariant" and result.property == prop:
             print(f"reached: {prop} is violated after {len(result.trace)} states ({summary(result)}); witness:")
             print(explain(result.trace, None))

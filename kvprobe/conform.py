@@ -13,6 +13,12 @@ Every answer the tier gives is audited against what the factory stored, and
 a call slower than ``--timeout`` (default 1 s) fails the run: behind a
 manager with that timeout, its keys would resolve as MISS.
 
+``MODULE`` is found in the current directory first, as ``python -m`` finds
+it.  Nothing is written to that directory (Hypothesis's caches go to a
+temporary one).  ``--seed N`` reproduces a run and its report exactly: the
+shrinking is bounded by a number of runs, not by time, unless a slow tier
+reaches its time bound (the report then says so).
+
 Needs Hypothesis (``pip install 'kvprobe[conform]'``); ``--help`` works without it.
 
 Exit status: 0 when every example passed, 1 when the machine found a failing
@@ -31,7 +37,8 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 __all__ = ["DEFAULT_TIMEOUT_S", "INSTALL_HINT", "load_factory", "main"]
 
@@ -44,20 +51,60 @@ INSTALL_HINT = "kvprobe conform needs Hypothesis: pip install 'kvprobe[conform]'
 def load_factory(spec: str) -> Callable[[], object]:
     """Import ``MODULE:FACTORY`` (attribute paths like ``mod:Class.make`` work).
 
+    The module is looked up on ``sys.path``; ``kvprobe conform`` puts the
+    current directory first on it, as ``python -m`` does.
+
     Raises:
         ValueError: ``spec`` is not ``MODULE:NAME`` or names something not callable.
-        ImportError: the module cannot be imported.
+        ImportError: the module is nowhere on ``sys.path`` (the message names
+            it and the current directory), or importing it failed (the
+            message names the module and the error inside it).
         AttributeError: the module has no such attribute.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"expected MODULE:FACTORY, got {spec!r}")
-    obj: object = importlib.import_module(module_name)
+    obj: object = _import(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"{spec} is a {type(obj).__name__}, not a callable factory")
     return obj
+
+
+def _import(module_name: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # The module itself (or its package) is missing, or something it imports is.
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ImportError(
+                f"no module named {module_name!r} in the current directory ({os.getcwd()}) "
+                "or on the Python path (sys.path)",
+                name=module_name,
+            ) from exc
+        raise ImportError(f"importing {module_name!r} failed: {exc}", name=module_name) from exc
+
+
+@contextmanager
+def _from_the_current_directory() -> Iterator[None]:
+    """While the block runs: the current directory first on ``sys.path``, as ``python -m`` puts it, and
+    no bytecode written (importing the user's module leaves no ``__pycache__`` beside it).
+
+    The ``kvprobe`` script's own directory is first on ``sys.path`` otherwise, so a
+    factory in the user's directory could not be imported.
+    """
+    cwd = os.getcwd()
+    added = not any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path)
+    if added:
+        sys.path.insert(0, cwd)
+    writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = writes_bytecode
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,21 +155,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     from kvprobe.progress import Progress
     from kvprobe.testing.stateful import run_conformance
+    from kvprobe.testing.stateful.report import plural
 
     progress = Progress(sys.stderr)
     try:
-        factory = load_factory(args.factory)
-        result = run_conformance(
-            factory,
-            examples=args.examples,
-            steps=args.steps,
-            worker=args.worker,
-            derandomize=args.derandomize,
-            shrink=not args.no_shrink,
-            seed=args.seed,
-            timeout_s=args.timeout or None,
-            on_run=lambda n: progress.show(f"conform: {n} runs (up to {args.examples} examples, then shrinking)"),
-        )
+        with _from_the_current_directory():
+            factory = load_factory(args.factory)
+            result = run_conformance(
+                factory,
+                examples=args.examples,
+                steps=args.steps,
+                worker=args.worker,
+                derandomize=args.derandomize,
+                shrink=not args.no_shrink,
+                seed=args.seed,
+                timeout_s=args.timeout or None,
+                on_run=lambda n: progress.show(
+                    f"conform: {plural(n, 'run')} (up to {plural(args.examples, 'example')}, then shrinking)"
+                ),
+            )
     except Exception as exc:  # the factory cannot be imported, called, or used: the user's to fix
         progress.clear()
         print(f"kvprobe conform: cannot use {args.factory}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -131,10 +182,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeded = "derandomized" if result.seed is None else f"seed {result.seed}"
     print(f"kvprobe conform {args.factory} (worker={result.worker}, {seeded})")
     if result.passed:
-        print(f"PASS: {result.examples} examples of up to {args.steps} steps in {result.seconds:.1f} s")
+        runs = f"{plural(result.examples, 'example')} of up to {plural(args.steps, 'step')}"
+        print(f"PASS: {runs} in {result.seconds:.1f} s")
         return 0
     print(f"FAIL after {result.seconds:.1f} s: the backend, driven through AsyncLookupManager, broke the contract:")
     print(result.failure)
     if result.seed is not None:
-        print(f"Reproduce: kvprobe conform {args.factory} --seed {result.seed}")
+        print(f"Reproduce: {_reproduce_command(args, result.seed)}")
     return 1
+
+
+def _reproduce_command(args: argparse.Namespace, seed: int) -> str:
+    """The command that runs the same examples again: the factory, the seed, and the options that shape the runs."""
+    words = ["kvprobe conform", args.factory, "--seed", str(seed)]
+    defaults = _parser().parse_args([args.factory])
+    for option in ("examples", "steps", "worker", "timeout"):
+        if getattr(args, option) != getattr(defaults, option):
+            words += [
+                f"--{option}",
+                f"{getattr(args, option):g}" if option == "timeout" else str(getattr(args, option)),
+            ]
+    if args.no_shrink:
+        words.append("--no-shrink")
+    return " ".join(words)

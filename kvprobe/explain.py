@@ -137,6 +137,7 @@ VARIABLES: dict[str, tuple[str, Callable[[TlaValue], str]] | None] = {
     "stale": None,
     "moot": None,
     "deaths": None,
+    "backendHit": None,
 }
 
 
@@ -319,6 +320,35 @@ def _never_reclaimed(states: Sequence[State]) -> str:
     return "the behaviour goes on forever without the table emptying, though no request waits any more"
 
 
+def _lookup_returns(states: Sequence[State]) -> str:
+    last = states[-1]
+    out = last.get("out", {})
+    key = out.get("key")
+    answer = {"none": "not known yet"}.get(str(out.get("ans")), str(out.get("ans")))
+    return (
+        f"{out.get('req')} was answered {answer} for {key}, whose state is {last['phase'][key]} with verdict "
+        f"{last['verdict'][key]}: a lookup returns the state's verdict, and none until an outcome of its "
+        "generation was applied or the key was forced"
+    )
+
+
+def _from_backend(states: Sequence[State]) -> str:
+    last = states[-1]
+    stored = last.get("backendHit", frozenset())
+    for key, phase in sorted(last.get("phase", {}).items(), key=str):
+        if phase != "RESOLVED" or last["forced"][key]:
+            continue
+        said = (key, last["gen"][key]) in stored
+        if (last["verdict"][key] == "hit") != said:
+            told = "answered stored" if said else "never answered stored"
+            return (
+                f"{key} is RESOLVED {last['verdict'][key]}, but the backend {told} for generation "
+                f"{last['gen'][key]} in time: a verdict must be the backend's answer (a saturated, failed, "
+                "timed-out or dead group's keys are MISS)"
+            )
+    return "a verdict is not what the backend answered"
+
+
 #: Property -> what went wrong, from the states of the counterexample.
 VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
     "StaleGenerationDropped": _stale,
@@ -332,6 +362,8 @@ VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
     "ReverseIndexConsistent": lambda s: "the reverse index and a state's waiters disagree about which request waits",
     "TypeOK": lambda s: "a variable took a value outside its type",
     "AfterShutdownEmpty": lambda s: "a state is still held after shutdown",
+    "LookupReturnsVerdict": _lookup_returns,
+    "VerdictFromBackend": _from_backend,
     "EventuallyReclaimed": lambda s: _never_reclaimed(s),
     "deadlock": lambda s: "no action can happen any more, yet the manager was not shut down",
 }

@@ -29,9 +29,11 @@ lookup; they are sorted into histogram buckets when Prometheus scrapes.  A key's
 step its probe is flushed in, so "steps" counts flushes from that step to
 the one whose lookups (or flush) applied the verdict (1 is the least an
 asynchronous design can do) and "seconds" starts at that flush (the
-lookup itself is not timed).  A group's backend duration is the worker's
-time on it: from when it could start (its batch submitted and the previous
-group published) to its publication; late answers of timed-out calls and
+lookup itself is not timed).  A group's backend duration is its call's
+own, from the call's start until its result was read to the end (for a
+timed-out call, until the worker gave up on it), as the worker timed it
+(``GroupOutcome.call_s``); an outcome a worker of its own publishes
+untimed is timed from its flush.  Late answers of timed-out calls and
 groups failed without a call are not counted.
 
 Counters and gauges are read from the manager when Prometheus scrapes (from
@@ -153,21 +155,23 @@ class Histogram:
 
 
 class _StampedInbox(deque[GroupOutcome]):
-    """The core's inbox; ``append`` (called by the worker per group) notes the worker's time on the group."""
+    """The core's inbox; ``append`` (called by the worker per group) notes how long the group's call took."""
 
     def __init__(self, core: MeteredCore) -> None:
         super().__init__()
         self._core = weakref.ref(core)
-        self._last_publish = 0.0
 
     def append(self, outcome: GroupOutcome) -> None:
         core = self._core()
         if core is not None and not outcome.late and outcome.failure is not FailureKind.SATURATED:
-            now = time.perf_counter()
             stamp = core._submitted.get(outcome.group.group_id)
             if stamp is not None:
-                core._call_seconds.append(now - max(stamp[1], self._last_publish))
-            self._last_publish = now
+                # The call's own duration, as the worker timed it.  Groups run
+                # at once, so nothing seen here (such as the previous
+                # publication) tells when this one's call began; an outcome
+                # the worker did not time is timed from its flush.
+                seconds = outcome.call_s
+                core._call_seconds.append(time.perf_counter() - stamp[1] if seconds is None else seconds)
         super().append(outcome)
 
 
@@ -356,6 +360,7 @@ class LookupMetrics:
                 tier,
                 sum(map(_alive, idle)),
             )
+        yield from self._backend_counters(tier, m.backend)
         core = m.core
         if isinstance(core, MeteredCore):
             core.fold()
@@ -375,6 +380,32 @@ class LookupMetrics:
                 core.call_seconds,
             )
             yield _histogram("kvprobe_group_keys", "Keys per request group submitted", tier, core.group_keys)
+
+    def _backend_counters(self, tier: str, backend: object) -> Iterator[Metric]:
+        """A backend's own counters (``stats``: the object tier's queries, retries, ``shed``...) and its pace.
+
+        Each integer of a backend's ``stats`` dict is exported as the counter
+        ``kvprobe_backend_<name>_total``; a ``pacing`` dict as the gauge
+        ``kvprobe_backend_pace_rate`` (HEAD/s, absent while unpaced) and
+        ``kvprobe_backend_pace_<counter>_total``.  Backends without them add nothing.
+        """
+        families = []
+        stats = getattr(backend, "stats", None)
+        if isinstance(stats, dict):
+            families += [(f"backend_{name}", value) for name, value in sorted(stats.items())]
+        pacing = getattr(backend, "pacing", None)
+        if isinstance(pacing, dict):
+            rate = pacing.get("rate")
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+                yield _gauge(
+                    "kvprobe_backend_pace_rate", "The store's shared pace, HEAD/s (absent: unpaced)", tier, rate
+                )
+            families += [(f"backend_pace_{name}", value) for name, value in sorted(pacing.items()) if name != "rate"]
+        for name, value in families:
+            if isinstance(value, int) and not isinstance(value, bool):
+                family = CounterMetricFamily(f"kvprobe_{name}", f"The backend's {name[8:]} counter", labels=["tier"])
+                family.add_metric([tier], float(self._monotonic(name, value)))
+                yield family
 
 
 def _alive(pid: int) -> bool:

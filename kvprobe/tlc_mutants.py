@@ -13,8 +13,8 @@ Three kinds: ``named`` mutants are the defects seen in the field (the
 property suite catches them too); ``spec`` mutants are one-line slips
 written to measure the power of the model's invariants; ``chain`` mutants
 are defects of the chain walk (``lookup_chain``'s windows), inert on the
-default config: each is checked on the chain config its summary names
-(``kvprobe check --config chain --mutant NAME``).
+default config (its chain is empty): each is caught on a chain config
+(its ``config``, which ``kvprobe check --mutant NAME`` uses).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
-    "CHAIN_CONFIGS",
     "KINDS",
     "MUTANTS",
     "MUTANTS_MODULE",
@@ -44,7 +43,7 @@ MODEL_MODULE = "MC.tla"
 KINDS: Mapping[str, str] = {
     "named": "named mutants, the defects seen in the field",
     "spec": "spec mutants, one-line slips that measure the invariants",
-    "chain": "chain-walk mutants (check them with --config chain or chain-window, as said)",
+    "chain": "chain-walk mutants, each caught on a chain config (docs/chains.md)",
 }
 
 
@@ -55,13 +54,17 @@ class UnknownMutant(ValueError):
 @dataclass(frozen=True)
 class Mutant:
     """One mutant: its name, kind (a key of :data:`KINDS`), a one-line summary,
-    and the operators of KVProbe.tla it replaces (name -> the KVProbeMutants.tla
-    operator put in its place)."""
+    the operators of KVProbe.tla it replaces (name -> the KVProbeMutants.tla
+    operator put in its place), and the config (``tla/NAME.cfg``) whose check
+    catches it: ``default`` for most; ``vllm`` for a defect of the vLLM
+    drop-in's flavour; ``reach`` for one that only removes behaviours (a
+    reachability witness disappears)."""
 
     name: str
     kind: str
     summary: str
     overrides: Mapping[str, str]
+    config: str = "default"
 
 
 def _named(name: str, summary: str, **overrides: str) -> Mutant:
@@ -72,16 +75,12 @@ def _spec(name: str, summary: str, **overrides: str) -> Mutant:
     return Mutant(name, "spec", summary, overrides)
 
 
-def _chain(name: str, summary: str, **overrides: str) -> Mutant:
-    return Mutant(name, "chain", summary, overrides)
+def _spec_on(config: str, name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "spec", summary, overrides, config)
 
 
-#: The chain mutants' configs (tla/NAME.cfg): the one each is caught on.
-CHAIN_CONFIGS: Mapping[str, str] = {
-    "window-skips-ahead": "chain",
-    "probe-after-miss": "chain-window",
-    "window-presumed-stored": "chain",
-}
+def _chain(config: str, name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "chain", summary, overrides, config)
 
 
 #: Every mutant, named ones first (DESIGN's field defects), then the spec mutants.
@@ -183,20 +182,57 @@ MUTANTS: tuple[Mutant, ...] = (
         "Saturate takes the group but publishes nothing",
         SaturateOf="SaturatesSilently",
     ),
+    # Outputs and verdicts pinned to what happened elsewhere (issues 26, 29, 25).
+    _spec(
+        "lookup-answers-pending-miss",
+        "a lookup joining a PENDING probe answers MISS instead of 'ask again'",
+        JoinAnswer="PendingAnswersMiss",
+    ),
+    _spec(
+        "saturate-answers-stored",
+        "a saturated group (no call made) is published as answered, every key stored",
+        SaturateOf="SaturatesAsStored",
+    ),
+    _spec(
+        "stale-answer-applied",
+        "Drain applies an outcome of another generation with its own probe's answer",
+        OutcomeMatches="MatchesAnyGeneration",
+        OutcomeAnswer="AnswerOfItsProbe",
+    ),
+    _spec(
+        "mark-miss-skips-unresolved",
+        "the native MarkMiss leaves PENDING and IN_FLIGHT keys alone (vLLM 0.33's)",
+        MarkMissForces="ForcesResolvedOnly",
+    ),
+    _spec_on(
+        "vllm",
+        "mark-miss-forces-unresolved",
+        "the drop-in's MarkMiss forces PENDING and IN_FLIGHT keys too (the native one)",
+        MarkMissForces="ForcesEveryLiveKey",
+    ),
+    _spec_on(
+        "reach",
+        "worker-holds-until-idle",
+        "a group's answer is published only once no other group is running",
+        CompleteGroupOf="PublishesWhenIdle",
+    ),
     # --- the chain walk (tla/chain.cfg, tla/chain-window.cfg) ---
     _chain(
+        "chain",
         "window-skips-ahead",
-        "a walk probes the next window before the one it is in answered (config chain)",
+        "a walk probes the next window before the one it is in answered",
         ChainWindowOpen="WindowOpenEarly",
     ),
     _chain(
+        "chain-window",
         "probe-after-miss",
-        "a walk finishes its window after a key known NOT stored (config chain-window)",
+        "a walk finishes its window after a key known NOT stored",
         ChainNoMissBefore="NoMissBeforeWindow",
     ),
     _chain(
+        "chain",
         "window-presumed-stored",
-        "a walk reports the keys of an unanswered window as stored (config chain)",
+        "a walk reports the keys of an unanswered window as stored",
         ChainFindsStored="FindsUnansweredStored",
     ),
 )

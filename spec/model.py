@@ -71,12 +71,14 @@ from kvprobe.spec.model_invariants import (
     EnqueueOnce,
     ForcedMissSticks,
     LookupAnswers,
+    LookupReturnsVerdict,
     NoDuplicateProbe,
     NothingLeaks,
     Reclaimed,
     ReverseIndexConsistent,
     StaleGenerationDropped,
     TypeOK,
+    VerdictFromBackend,
     VerdictIffResolved,
     VerdictProvenance,
     broken_invariants,
@@ -96,6 +98,7 @@ from kvprobe.spec.model_state import (
     DEATH_MARKER,
     IN_FLIGHT,
     PENDING,
+    RESOLVED,
     SATURATED,
     STOPPED,
     TIMEOUT,
@@ -138,6 +141,7 @@ __all__ = [
     "ForcedMissSticks",
     "Group",
     "LookupAnswers",
+    "LookupReturnsVerdict",
     "ModelClosedError",
     "ModelError",
     "NoDuplicateProbe",
@@ -149,6 +153,7 @@ __all__ = [
     "StaleGenerationDropped",
     "State",
     "TypeOK",
+    "VerdictFromBackend",
     "VerdictIffResolved",
     "VerdictProvenance",
     "apply_outcome",
@@ -408,10 +413,13 @@ def cleanup(s: State, req: str) -> State:
     )
 
 
-def mark_miss(s: State, keys: Iterable[Key]) -> State:
+def mark_miss(s: State, keys: Iterable[Key], *, skip_unresolved: bool = False) -> State:
     """MarkMiss: force MISS for each key that has a state (others are counted).
 
-    Raises :class:`ModelClosedError` after shutdown.
+    ``skip_unresolved`` is the vLLM drop-in's flavour (vLLM 0.33's
+    ``mark_miss``; TLA+ ``MarkMissFlavour = "vllm"``): only a RESOLVED state
+    is forced; a PENDING or IN_FLIGHT one is left to its own outcome, and
+    not counted.  Raises :class:`ModelClosedError` after shutdown.
     """
     s = begin(s)
     probes = dict(s.probes)
@@ -422,6 +430,8 @@ def mark_miss(s: State, keys: Iterable[Key]) -> State:
         probe = probes.get(key)
         if probe is None:
             counts = bump(counts, unknown_mark_miss=1)
+            continue
+        if skip_unresolved and probe.phase is not RESOLVED:
             continue
         counts = bump(counts, forced_misses=1)
         forced.add((key, probe.gen))

@@ -27,7 +27,8 @@ rule the walk decides by:
 * :func:`ChainWindowWaits`: no walk looked a key up while a key before that
   key's window was not known stored;
 * :func:`ChainHitsAnswered`: every key a walk counted as stored was answered
-  True by the backend for that generation (``told``) and not forced to MISS.
+  stored by a backend call for that generation (``backend_hits``, the
+  backend's own history) and not forced to MISS.
 
 The correct model never breaks them; a state abstracted from a buggy
 implementation (:mod:`kvprobe.testing.stateful`) can.
@@ -130,8 +131,8 @@ def ChainWindowWaits(s: State) -> bool:
 
 
 def ChainHitsAnswered(s: State) -> bool:
-    """Every key a walk counted as stored: the backend's first answer for its generation was True, not forced."""
-    return all(s.told.get((key, gen)) is True and not forced for key, gen, forced in s.chain_counted)
+    """Every key a walk counted as stored: a backend call answered its generation stored, and it was not forced."""
+    return all((key, gen) in s.backend_hits and not forced for key, gen, forced in s.chain_counted)
 
 
 #: The chain walk's invariants by name (tla/KVProbe.tla's block "The chain walk", tla/chain.cfg).

@@ -34,12 +34,14 @@ __all__ = [
     "EnqueueOnce",
     "ForcedMissSticks",
     "LookupAnswers",
+    "LookupReturnsVerdict",
     "NoDuplicateProbe",
     "NothingLeaks",
     "Reclaimed",
     "ReverseIndexConsistent",
     "StaleGenerationDropped",
     "TypeOK",
+    "VerdictFromBackend",
     "VerdictIffResolved",
     "VerdictProvenance",
     "broken_invariants",
@@ -214,6 +216,39 @@ def AfterShutdownEmpty(s: State) -> bool:
     )
 
 
+# --- outputs and verdicts pinned to what happened elsewhere (issue 26) ---------------
+
+
+def LookupReturnsVerdict(s: State) -> bool:
+    """What the last lookup returned is exactly its key's state's verdict.
+
+    None ("ask again") until an outcome of the state's generation was applied
+    (``applied``, written by drains) or the state was forced (``forced``,
+    written by mark_miss); then that verdict.
+    """
+    if s.out is None:
+        return True
+    key, _, answer = s.out
+    probe = s.probes.get(key)
+    if probe is None or answer is not probe.verdict:
+        return False
+    known = _forced(s, key) or s.applied.get((key, probe.gen), 0) > 0
+    return (answer is None) is not known
+
+
+def VerdictFromBackend(s: State) -> bool:
+    """A RESOLVED state not forced is True exactly when the backend answered "stored" for it in time.
+
+    ``backend_hits`` is written only where a call returns, so a saturated,
+    failed, timed-out or dead group's keys must be False.
+    """
+    return all(
+        probe.verdict is ((key, probe.gen) in s.backend_hits)
+        for key, probe in s.probes.items()
+        if probe.phase is RESOLVED and not _forced(s, key)
+    )
+
+
 def Reclaimed(s: State) -> bool:
     """The end state EventuallyReclaimed promises: nothing held, nothing open."""
     return not s.probes and not s.requests and not s.outstanding and not s.step_batch
@@ -232,6 +267,8 @@ INVARIANTS: dict[str, Callable[[State], bool]] = {
     "ReverseIndexConsistent": ReverseIndexConsistent,
     "NothingLeaks": NothingLeaks,
     "AfterShutdownEmpty": AfterShutdownEmpty,
+    "LookupReturnsVerdict": LookupReturnsVerdict,
+    "VerdictFromBackend": VerdictFromBackend,
 }
 
 

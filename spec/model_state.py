@@ -197,10 +197,14 @@ class State:
     forced miss made moot) and ``told`` (per ``(key, gen)``, the first
     outcome published for it: the backend's verdict, False for a failure,
     timeout or saturation, and the manager's False for a dead worker's open
-    groups).  The chain walk's history (:mod:`kvprobe.spec.model_chain`):
-    ``chain_asks``, each Lookup a walk made (:class:`ChainAsk`), and
-    ``chain_counted``, each key a walk counted as stored: ``(key, gen,
-    forced)``, forced telling whether a forced miss had hit that generation.
+    groups).  ``backend_hits`` is the history of the backend itself, written
+    only where a call returns in time with its answers
+    (:func:`~kvprobe.spec.model_worker.complete_group`), never from what the
+    worker publishes: the ``(key, gen)`` it answered "stored" for.  The chain
+    walk's history (:mod:`kvprobe.spec.model_chain`): ``chain_asks``, each
+    Lookup a walk made (:class:`ChainAsk`), and ``chain_counted``, each key a
+    walk counted as stored: ``(key, gen, forced)``, forced telling whether a
+    forced miss had hit that generation.
     """
 
     probes: Mapping[Key, Probe] = field(default_factory=frozen_map)
@@ -232,6 +236,7 @@ class State:
     forced: frozenset[tuple[Key, int]] = frozenset()
     moot: frozenset[tuple[Key, int]] = frozenset()
     told: Mapping[tuple[Key, int], bool] = field(default_factory=frozen_map)
+    backend_hits: frozenset[tuple[Key, int]] = frozenset()
 
     @property
     def worker_dead(self) -> bool:

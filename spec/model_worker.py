@@ -108,7 +108,11 @@ def complete_group(s: State, group_id: int, verdicts: Sequence[bool]) -> State:
     s = begin(s, scheduler=False)
     if group_id in s.stuck():
         return _answer_late(s, group_id, tuple(verdicts), None)
-    return _answer_first(s, group_id, tuple(verdicts), None)
+    group = _running(s, group_id, "CompleteGroup")
+    s = _answer_first(s, group_id, tuple(verdicts), None)
+    # History: the call returned in time; what the backend said, recorded apart from what is published.
+    stored = {(k, g) for k, g, v in zip(group.keys, group.gens, verdicts, strict=True) if v}
+    return replace(s, backend_hits=s.backend_hits | stored)
 
 
 def late_answer(s: State, group_id: int, verdicts: Sequence[bool]) -> State:

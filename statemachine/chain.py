@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from kvprobe.statemachine.inputs import chain_keys, chain_req_id, check_chain_keys
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import IN_FLIGHT, PENDING
-from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError
+from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, KvprobeError
 from kvprobe.statemachine.windows import ALL, window_end
 
 if TYPE_CHECKING:
@@ -82,9 +82,18 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
     if first_unknown >= 0 and first_window != ALL:
         limit = min(limit, window_end(first_window, first_unknown))
     if stopped_at < 0 and start < limit:
-        first_unknown, stopped_at, limit = _walk_table(
-            core, asked, start, limit, first_unknown, verified, req_id, req_context
-        )
+        try:
+            first_unknown, stopped_at, limit = _walk_table(
+                core, asked, start, limit, first_unknown, verified, req_id, req_context
+            )
+        except KvprobeError:
+            raise
+        except Exception:
+            # A key's own hash or comparison raised while the walk only read
+            # (every key is checked before the first change): name the first
+            # key that is not bytes.  All bytes: not the caller's fault.
+            check_chain_keys(asked, 0)
+            raise
     if stopped_at >= 0:
         # The stopping key was looked up too.
         hits = stopped_at if first_unknown < 0 else first_unknown

@@ -69,6 +69,7 @@ from kvprobe.statemachine.types import (
     InvalidInputError,
     InvariantViolation,
     Key,
+    KvprobeError,
     ProbeGroup,
     Stats,
     is_death_marker,
@@ -99,6 +100,20 @@ _BACKEND_ERRORS: Final = frozenset(
 
 
 _NO_CALL: Final = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
+
+
+def as_applied(outcome: GroupOutcome) -> GroupOutcome:
+    """``outcome`` as :meth:`LookupCore.apply` applies it (the tracing core logs this form).
+
+    An outcome whose verdicts do not match its group's keys in number is the
+    failure it is (SHORT_RESULT or LONG_RESULT); any other is itself.
+    """
+    if outcome.verdicts is None or len(outcome.verdicts) == len(outcome.group.states):
+        return outcome
+    given, expected = len(outcome.verdicts), len(outcome.group.states)
+    failure = FailureKind.SHORT_RESULT if given < expected else FailureKind.LONG_RESULT
+    detail = f"the worker published {given} verdicts for {expected} keys"
+    return GroupOutcome(outcome.group, None, failure, detail, outcome.late, outcome.call_s)
 
 
 # Interpreted subclasses: the tracing core, the test suite's mutant cores.
@@ -190,7 +205,12 @@ class LookupCore:
             # Inside the try: an unhashable req_id fails here, and must be
             # reported as bad input like any other bad req_id.
             request = self.requests.get(req_id)
-        except (TypeError, AttributeError, ValueError) as exc:
+        except KvprobeError:
+            raise  # the closed tables of a shutdown racing this call
+        except Exception as exc:
+            # Whatever a bad key's hash or a req_id property raised: with an
+            # exact bytes key and str id nothing here can raise.  Free when
+            # nothing raises (CPython 3.11 and mypyc alike).
             raise bad_lookup(key, req_context) from exc
         # This path runs for every new (key, request) pair.  A join is written
         # inline (a method call would be a tenth of its cost); a new probe
@@ -248,9 +268,10 @@ class LookupCore:
 
         Raises:
             InvalidInputError: ``keys`` is not a sequence of keys (a single
-                ``bytes``/``str`` is refused), some element is not exactly
-                ``bytes``, or ``req_context`` has no ``req_id`` that is exactly
-                a ``str``.  Nothing changed: a walk that would change
+                ``bytes``/``str`` is refused) or reading it raises, some
+                element is not exactly ``bytes`` (its hash may even raise),
+                or ``req_context`` has no ``req_id`` that is exactly a
+                ``str`` (or reading it raises).  Nothing changed: a walk that would change
                 something checks every key first, the ones after its stop
                 included; a walk that only reads checks the keys it reads
                 (as the single lookups would: none after the stop).
@@ -343,7 +364,11 @@ class LookupCore:
         from the table, replaced by a newer generation, or already RESOLVED)
         is left alone and counted in ``stale_results_dropped``: that is what
         keeps a timed-out call's late answer, or a result racing a
-        ``mark_miss``, from overriding anything.
+        ``mark_miss``, from overriding anything.  Verdicts fewer or more than
+        the group's keys (a worker of its own that skipped ``probe_group``'s
+        check) are applied as that group's SHORT_RESULT or LONG_RESULT
+        failure: every key MISS, counted as a backend error, none left
+        waiting and none trusted (which verdict is whose is unknown).
         """
         group = outcome.group
         if group.group_id == 0 and is_death_marker(outcome):
@@ -352,6 +377,7 @@ class LookupCore:
             # is: a stuck call's late answer then finds its keys resolved.
             self._fail_open_groups(FailureKind.WORKER_DIED, outcome.detail)
             return
+        outcome = as_applied(outcome)
         stats = self._stats
         first = self.outstanding.pop(group.group_id, None) is not None
         if outcome.late:
@@ -366,7 +392,7 @@ class LookupCore:
         # Counted locally and added once: a stats attribute update per key
         # costs as much as the state change itself.
         hits = misses = stale = 0
-        # Producers guarantee one verdict per key (probe_group checks lengths).
+        # One verdict per key (a miscounted outcome became a failure above).
         for state, verdict in zip(group.states, verdicts, strict=False):
             if state.phase is not in_flight:
                 stale += 1

@@ -51,7 +51,7 @@ def chain_req_id(req_context: HasReqId) -> str:
     """
     try:
         req_id = req_context.req_id
-    except (TypeError, AttributeError, ValueError) as exc:
+    except Exception as exc:  # a missing attribute, or whatever a property raised
         raise bad_context("lookup_chain()", req_context) from exc
     if type(req_id) is not str:
         raise bad_context("lookup_chain()", req_context)
@@ -75,7 +75,7 @@ def chain_keys(keys: object) -> list[Any]:
         raise InvalidInputError(f"lookup_chain() takes a sequence of keys, got {type(keys).__name__}")
     try:
         return list(keys)
-    except (TypeError, ValueError, LookupError) as exc:
+    except Exception as exc:  # whatever the caller's sequence raised while it was read
         raise InvalidInputError(f"lookup_chain() could not read its keys: {type(exc).__name__}: {exc}") from exc
 
 

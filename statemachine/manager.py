@@ -36,6 +36,7 @@ from kvprobe.statemachine.types import (
     Stats,
     WrongThreadError,
 )
+from kvprobe.statemachine.weak_backend import BackendAnchor, WeakBackend
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, chain_window_size, window_name
 from kvprobe.statemachine.workers import (
     DEFAULT_CONCURRENT_GROUPS,
@@ -78,8 +79,8 @@ class AsyncLookupManager:
         max_concurrent_groups: how many request groups the threaded worker
             runs at once (one slow group holds back no other).
         busy_call_hold_s: the longest that running calls which keep a CPU
-            busy (rather than wait) hold back a further group; 0 starts one
-            whenever a slot is free.
+            busy (rather than wait) hold back a further group, counted from
+            its slot being free; 0 starts one whenever a slot is free.
         checked: verify the one-thread rule on every call (``lookup`` and
             ``shutdown`` included) and every invariant after each call (slow;
             for tests and debugging).
@@ -93,7 +94,9 @@ class AsyncLookupManager:
             steps to an answer, most backend checks).
 
     A manager dropped without ``shutdown`` stops its worker when it is
-    garbage-collected (its threads end once their calls return).  After
+    garbage-collected (its threads end once their calls return), even when
+    the backend refers back to it: the worker holds the backend only
+    through a weak link (:mod:`kvprobe.statemachine.weak_backend`).  After
     ``os.fork()`` the child's manager notices that its worker's threads stayed
     in the parent: the open groups resolve as MISS and a fresh worker starts.
 
@@ -178,7 +181,12 @@ class AsyncLookupManager:
             # Hot path: no manager layer between the caller and the core.
             self.lookup = self._core.lookup  # type: ignore[method-assign]
             self.lookup_chain = self._core.lookup_chain  # type: ignore[method-assign]
-        self.worker.start(backend, self._core.inbox.append)
+        # The worker reaches the backend only through this manager's anchor
+        # (kvprobe.statemachine.weak_backend): a backend that refers back to
+        # its manager must not keep it reachable from the worker's threads.
+        self._backend_anchor = BackendAnchor(backend)
+        self._worker_backend = WeakBackend(self._backend_anchor)
+        self.worker.start(self._worker_backend, self._core.inbox.append)
         # A manager dropped without shutdown() must not leave its threads
         # behind (as concurrent.futures does for an executor).  The finalizer
         # holds the worker, never the manager.
@@ -195,7 +203,8 @@ class AsyncLookupManager:
 
         Raises:
             InvalidInputError: ``key`` is not ``bytes``, or ``req_context``
-                has no string ``req_id``.  Nothing changed.
+                has no string ``req_id`` (also when hashing the key or
+                reading the id raises, whatever it raises).  Nothing changed.
             ManagerClosedError: after ``shutdown``.
         """
         self._guard()
@@ -219,7 +228,8 @@ class AsyncLookupManager:
 
         Raises:
             InvalidInputError: ``keys`` is not a sequence of ``bytes``, or
-                ``req_context`` has no string ``req_id``.  Nothing changed
+                ``req_context`` has no string ``req_id`` (also when reading
+                either raises, whatever it raises).  Nothing changed
                 (a walk that changes something checks every key first; one
                 that only reads checks the keys up to its stop).
             ManagerClosedError: after ``shutdown``.
@@ -408,7 +418,7 @@ class AsyncLookupManager:
             core.fail_outstanding(FailureKind.WORKER_DIED, f"worker of {self.name!r} died")
         self._deaths_seen = core.stats.worker_deaths
         try:
-            self.worker.start(self.backend, core.inbox.append)
+            self.worker.start(self._worker_backend, core.inbox.append)
         except Exception:
             # No thread to be had now (a resource limit): flush resolves this
             # step's batch as MISS (WORKER_ERROR) and the next call tries again.

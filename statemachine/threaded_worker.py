@@ -98,8 +98,9 @@ class ThreadedWorker:
 
     A further group starts beside running calls only while each of them
     waits rather than computes (busy under a fifth of the time, the helper
-    process serving it included) or has run ``busy_call_hold_s``: calls that
-    compute together only take the scheduler's CPU and GIL
+    process serving it included) or has run ``busy_call_hold_s``, and at the
+    latest ``busy_call_hold_s`` after its slot was free: calls that compute
+    together only take the scheduler's CPU and GIL
     (:mod:`kvprobe.statemachine.cpu_gate`).
 
     The worker survives any ``Exception`` of its own machinery (the group
@@ -117,8 +118,8 @@ class ThreadedWorker:
         max_stuck_calls: bound on calls left running past their timeout.
         max_concurrent_groups: groups whose calls run at once.
         busy_call_hold_s: the longest that running calls which keep a CPU
-            busy hold back a further group (0: start one whenever a slot
-            is free).
+            busy hold back a further group, counted from its slot being
+            free (0: start one whenever a slot is free).
 
     Raises:
         InvalidInputError: an argument has the wrong type.
@@ -261,6 +262,8 @@ class ThreadedWorker:
                         wait = held
                         break
                     self._start_call(pending.popleft(), events, running)
+                else:
+                    gate.no_demand()  # the gate's bound counts from a group's free slot
                 if timeout is not None and running:
                     overdue = min(max(0.0, next(iter(running)).deadline - time.monotonic()), threading.TIMEOUT_MAX)
                     wait = overdue if wait is None else min(wait, overdue)
@@ -340,7 +343,8 @@ class ThreadedWorker:
                 self._stuck += 1
                 if not self._stopping:
                     detail = f"no answer within {self.lookup_timeout_s} s"
-                    self._send("TimeOut", GroupOutcome(call.group, None, FailureKind.TIMEOUT, detail))
+                    given_up = GroupOutcome(call.group, None, FailureKind.TIMEOUT, detail, call_s=now - call.started)
+                    self._send("TimeOut", given_up)
 
     # --- caller threads ---------------------------------------------------------
 

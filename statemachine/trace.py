@@ -70,7 +70,7 @@ from typing import IO
 
 from kvprobe.spec.actions import WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event
-from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.core import LookupCore, as_applied
 from kvprobe.statemachine.types import (
     Batch,
     ChainAnswer,
@@ -317,6 +317,7 @@ class TracingCore(LookupCore):
             super().apply(outcome)
             if self._failing_open:
                 return  # part of the dead worker's one Drain event
+            outcome = as_applied(outcome)  # what the core applied: a miscounted outcome is a failure
             self._emit(
                 Event.DRAIN,
                 group.keys,

@@ -207,6 +207,10 @@ class GroupOutcome:
     set.  ``late`` marks the real answer of a call that had already been
     reported as timed out; the core drops it unless a state of that
     generation is still waiting (it never is: the timeout resolved it).
+    ``call_s`` is how long the backend call took, from its own start (for a
+    timeout: until it was given up on); None when no call was timed (no
+    call was made, or a worker of its own did not say).  It is an
+    observation, not part of the outcome: equality ignores it.
     """
 
     group: ProbeGroup
@@ -214,6 +218,7 @@ class GroupOutcome:
     failure: FailureKind | None = None
     detail: str = ""
     late: bool = False
+    call_s: float | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

@@ -11,12 +11,13 @@ turns whatever the backend does into an outcome.
 
 from __future__ import annotations
 
-import numbers
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
-from kvprobe.backends.base import Backend
+from kvprobe.backends._timeouts import check_seconds
+from kvprobe.backends.base import Backend, Key
 from kvprobe.statemachine.types import (
     Batch,
     FailureKind,
@@ -50,7 +51,13 @@ class Worker(Protocol):
     """
 
     def start(self, backend: Backend, publish: Publish) -> None:
-        """Begin serving; called once at construction and again after a death."""
+        """Begin serving; called once at construction and again after a death.
+
+        The manager passes its backend through a
+        :class:`~kvprobe.statemachine.weak_backend.WeakBackend` (every
+        attribute forwarded, the backend not kept alive), so that a dropped
+        manager is collected even while the worker's threads run.
+        """
 
     def submit(self, batch: Batch) -> None:
         """Queue a batch; must not block."""
@@ -68,32 +75,42 @@ def probe_group(backend: Backend, group: ProbeGroup) -> GroupOutcome:
     Never raises for an ``Exception`` from the backend: a raise at call time,
     a raise while its iterable is consumed, too few or too many results, or a
     result that is not a ``bool`` becomes a failed outcome naming the problem.
+    The outcome's ``call_s`` is the call's own duration, its result read
+    to the end.
     """
     keys = list(group.keys)
+    started = time.perf_counter()
+    verdicts, failure, detail = _answer(backend, keys, group.req_context)
+    return GroupOutcome(group, verdicts, failure, detail, call_s=time.perf_counter() - started)
+
+
+_Answer = tuple[tuple[bool, ...] | None, FailureKind | None, str]
+
+
+def _answer(backend: Backend, keys: list[Key], req_context: object) -> _Answer:
+    """The backend's verdicts for ``keys``, or the failure and its detail (never raises an ``Exception``)."""
     expected = len(keys)
     try:
-        result = backend.batch_lookup(keys, group.req_context)
+        result = backend.batch_lookup(keys, req_context)
     except Exception as exc:
-        return GroupOutcome(group, None, FailureKind.RAISED, describe_exception(exc))
+        return None, FailureKind.RAISED, describe_exception(exc)
     if type(result) is list and len(result) == expected and set(map(type, result)) <= _BOOL_ONLY:
         # The common answer, checked in C: a large group's verdicts would
         # otherwise hold the GIL for a Python loop the scheduler waits on.
-        return GroupOutcome(group, tuple(result))
+        return tuple(result), None, ""
     verdicts: list[bool] = []
     try:
         for verdict in result:
             if len(verdicts) == expected:
-                return GroupOutcome(group, None, FailureKind.LONG_RESULT, f"more than {expected} results")
+                return None, FailureKind.LONG_RESULT, f"more than {expected} results"
             if verdict is not True and verdict is not False:
-                return GroupOutcome(
-                    group, None, FailureKind.BAD_VERDICT, f"result {len(verdicts)} is {type(verdict).__name__}"
-                )
+                return None, FailureKind.BAD_VERDICT, f"result {len(verdicts)} is {type(verdict).__name__}"
             verdicts.append(verdict)
     except Exception as exc:
-        return GroupOutcome(group, None, FailureKind.RAISED_WHILE_ITERATING, describe_exception(exc))
+        return None, FailureKind.RAISED_WHILE_ITERATING, describe_exception(exc)
     if len(verdicts) < expected:
-        return GroupOutcome(group, None, FailureKind.SHORT_RESULT, f"{len(verdicts)} results for {expected} keys")
-    return GroupOutcome(group, tuple(verdicts))
+        return None, FailureKind.SHORT_RESULT, f"{len(verdicts)} results for {expected} keys"
+    return tuple(verdicts), None, ""
 
 
 _BOOL_ONLY = frozenset({bool})
@@ -118,10 +135,7 @@ def check_timeout(name: str, value: object) -> float:
             ``threading.TIMEOUT_MAX`` (an ``Event.wait`` would raise
             ``OverflowError`` on the worker for every group).
     """
-    seconds = _seconds(name, value)
-    if not 0 < seconds <= threading.TIMEOUT_MAX:
-        raise InvalidValueError(f"{name} must be positive and finite, got {value!r} {_AT_MOST_TIMEOUT_MAX}")
-    return seconds
+    return _seconds_threading_waits(name, value, zero_ok=False)
 
 
 def check_hold(name: str, value: object) -> float:
@@ -131,20 +145,19 @@ def check_hold(name: str, value: object) -> float:
         InvalidInputError: not a real number (``bool`` excluded).
         InvalidValueError: negative, not finite, or above ``threading.TIMEOUT_MAX``.
     """
-    seconds = _seconds(name, value)
-    if not 0 <= seconds <= threading.TIMEOUT_MAX:
-        raise InvalidValueError(f"{name} must be 0 or more and finite, got {value!r} {_AT_MOST_TIMEOUT_MAX}")
-    return seconds
+    return _seconds_threading_waits(name, value, zero_ok=True)
 
 
-def _seconds(name: str, value: object) -> float:
-    """``value`` as a float, if it is a real number other than a ``bool`` (else InvalidInputError)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    return float(value)
-
-
-_AT_MOST_TIMEOUT_MAX = f"(at most threading.TIMEOUT_MAX = {threading.TIMEOUT_MAX:.0f} s)"
+def _seconds_threading_waits(name: str, value: object, *, zero_ok: bool) -> float:
+    return check_seconds(
+        name,
+        value,
+        limit=threading.TIMEOUT_MAX,
+        limit_name="threading.TIMEOUT_MAX",
+        zero_ok=zero_ok,
+        wrong_type=InvalidInputError,
+        wrong_value=InvalidValueError,
+    )
 
 
 def check_count(name: str, value: object) -> int:

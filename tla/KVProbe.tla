@@ -47,6 +47,14 @@ CONSTANTS
 
 ASSUME MaxGen \in Nat /\ MaxStuck \in Nat /\ MaxDeaths \in Nat
 
+\* The manager's mark_miss, a definition a config may override (vllm.cfg:
+\* MarkMissFlavour = "vllm").  "native", kvprobe's own manager: every live
+\* key given is forced to MISS.  "vllm", the vLLM drop-in (vLLM 0.33's
+\* contract): only a RESOLVED key is forced; a PENDING or IN_FLIGHT probe
+\* is left to its own result.
+MarkMissFlavour == "native"
+ASSUME MarkMissFlavour \in {"native", "vllm"}
+
 Gens == 1..MaxGen
 NoGen == 0
 
@@ -103,20 +111,23 @@ VARIABLES
     applied,   \* [Gens -> Nat]: outcomes applied to (resolving or reclaiming) each generation
     stale,     \* an outcome of one generation changed a state of another one
     moot,      \* generations whose in-flight probe a MarkMiss made moot
-    deaths     \* times the worker died
+    deaths,    \* times the worker died
+    \* History of the backend itself, written only where a call returns with
+    \* its answers (CompleteGroup), never where the worker publishes:
+    backendHit \* SUBSET Probe: the probes a call answered "stored" for, in time
 
 \* The chain walk's history (block "The chain walk" below): what walks did,
 \* written by the Lookups of walks, read only by the chain's invariants.
 VARIABLES
     chainPastMiss,  \* a walk looked a key up after a key of its chain was known NOT stored
     chainAhead,     \* a walk looked a key up while a key before that key's window was not known stored
-    chainUntoldHit  \* a walk found a key stored that the backend had not answered stored
+    chainUntoldHit  \* a walk found a key stored that no backend call had answered stored
 
 chainHistory == <<chainPastMiss, chainAhead, chainUntoldHit>>
 
 sched == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down, out>>
 worker == <<wstate, subq, taken, stuck, resq>>
-history == <<forced, told, sent, sentIn, applied, stale, moot, deaths>>
+history == <<forced, told, sent, sentIn, applied, stale, moot, deaths, backendHit>>
 vars == <<sched, worker, history, chainHistory>>
 
 -----------------------------------------------------------------------------
@@ -184,7 +195,8 @@ ChainInit == chainPastMiss = FALSE /\ chainAhead = FALSE /\ chainUntoldHit = FAL
 \* parts): on its own, it leaves the walks' history alone; by r's walk at a
 \* position i holding k, it must be allowed, and the history records what
 \* the table said of the chain's earlier keys then, and whether the key the
-\* walk found stored was answered stored by the backend (told) and not forced.
+\* walk found stored was answered stored by a backend call (backendHit) and
+\* not forced.
 ChainStep(k, r) ==
     \/ UNCHANGED chainHistory
     \/ \E i \in DOMAIN Chain :
@@ -193,7 +205,7 @@ ChainStep(k, r) ==
           /\ chainPastMiss' = (chainPastMiss \/ \E j \in 1..(i - 1) : verdict[Chain[j]] = "miss")
           /\ chainAhead' = (chainAhead \/ \E j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # "hit")
           /\ chainUntoldHit' = (chainUntoldHit \/
-                                (ChainFindsStored(k) /\ (told[<<k, gen'[k]>>] # "hit" \/ forced[k])))
+                                (ChainFindsStored(k) /\ (<<k, gen'[k]>> \notin backendHit \/ forced[k])))
 
 -----------------------------------------------------------------------------
 (* Initial state *)
@@ -223,6 +235,7 @@ Init ==
     /\ stale = FALSE
     /\ moot = {}
     /\ deaths = 0
+    /\ backendHit = {}
 
 -----------------------------------------------------------------------------
 (* Scheduler actions *)
@@ -245,12 +258,16 @@ LookupNew(k, r) ==
     /\ nextGen' = nextGen + 1
     /\ out' = [key |-> k, req |-> r, ans |-> "none"]
 
+\* What a lookup joining the state of key k answers: its verdict (none,
+\* "ask again", until the state is RESOLVED).
+JoinAnswer(k) == verdict[k]
+
 \* Joining the key's state: the request waits on it too (no second batch
 \* entry, no second probe); the answer is its verdict.
 LookupJoin(k, r) ==
     /\ phase[k] # ABSENT
     /\ waiters' = [waiters EXCEPT ![k] = @ \cup {r}]
-    /\ out' = [key |-> k, req |-> r, ans |-> verdict[k]]
+    /\ out' = [key |-> k, req |-> r, ans |-> JoinAnswer(k)]
     /\ UNCHANGED <<phase, gen, nextGen, batch>>
 
 \* Request r asks for key k (a request already waiting on k changes nothing:
@@ -318,6 +335,7 @@ Flush ==
     /\ out' = NoOut
     /\ UNCHANGED <<gen, waiters, verdict, requests, nextGen, down,
                    wstate, taken, stuck, resq, forced, told, applied, stale, moot, deaths>>
+    /\ UNCHANGED backendHit
 
 \* Drain's parts, for an outcome o at the head of the result queue.
 \* The probes o concerns: its group's, or for the death marker (which fails
@@ -341,9 +359,11 @@ OutcomeResolves(o, k) == OutcomeMatches(o, k) /\ phase[k] = IN_FLIGHT /\ waiters
 \* o reclaims the state of k: it is IN_FLIGHT and nobody waits on it (an orphan).
 OutcomeReclaims(o, k) == OutcomeMatches(o, k) /\ phase[k] = IN_FLIGHT /\ waiters[k] = {}
 
-\* History: the generation of the probe of o whose outcome changed key k.
+\* History: the generation of the probe of o whose outcome changed key k,
+\* read off o's probes, not through the parts above (a slip in them must
+\* not hide itself from StaleGenerationDropped).
 OutcomeSource(o, k) ==
-    IF OutcomeMatches(o, k) THEN OutcomeProbe(o, k)[2] ELSE (CHOOSE p \in ProbesOf(o, k) : TRUE)[2]
+    IF <<k, gen[k]>> \in OutcomeProbes(o) THEN gen[k] ELSE (CHOOSE p \in ProbesOf(o, k) : TRUE)[2]
 
 \* Apply the oldest published outcome o.
 \* - The death marker: every open group fails (WORKER_DIED): each of its
@@ -382,6 +402,7 @@ Drain ==
     /\ out' = NoOut
     /\ UNCHANGED <<waiters, requests, batch, nextGen, down,
                    wstate, subq, taken, stuck, sent, sentIn, moot, deaths>>
+    /\ UNCHANGED backendHit
 
 \* The manager notices a dead worker (its marker drained) and starts a fresh
 \* one, with an empty queue, at its next flush or drain_results.
@@ -422,32 +443,48 @@ Cleanup(r) ==
     /\ out' = NoOut
     /\ UNCHANGED <<batch, nextGen, open, down, worker,
                    told, sent, sentIn, applied, stale, moot, deaths>>
+    /\ UNCHANGED backendHit
 
 \* The phase a forced MISS leaves a live state of key k in: RESOLVED, or
 \* reclaimed (ABSENT) if it is IN_FLIGHT and nobody waits on it.
 ForcedPhase(k) == IF phase[k] = IN_FLIGHT /\ waiters[k] = {} THEN ABSENT ELSE RESOLVED
 
+\* The flavour's rule: whether MarkMiss must force the live state of key k
+\* (native: every one; vllm: a RESOLVED one only).
+MarkMissHonours(k) == MarkMissFlavour = "native" \/ phase[k] = RESOLVED
+
+\* Whether this MarkMiss forces the live state of key k.  The action forces
+\* what this part selects; the history forced records, from the keys it
+\* was given, those the flavour's rule says it must force, so a MarkMiss
+\* that skips one of them is seen (ForcedMissSticks).
+MarkMissForces(k) == MarkMissHonours(k)
+
 \* Loading the keys ks from the tier failed: force MISS.  A PENDING state is
 \* never submitted; an IN_FLIGHT state's late result will be dropped (its
 \* generation is moot), and if nobody waits on it, it is reclaimed.  Keys
-\* without a state are ignored.
+\* without a state are ignored.  In the vllm flavour only RESOLVED keys are
+\* forced: a PENDING or IN_FLIGHT probe's own outcome lands.
 MarkMiss(ks) ==
     /\ UNCHANGED chainHistory
     /\ ~down
     /\ ks # {}
     /\ \A k \in ks : Live(k)
-    /\ LET Gone(k) == k \in ks /\ ForcedPhase(k) = ABSENT
-           Hit(k) == k \in ks /\ ~Gone(k)
-       IN /\ phase' = [k \in Keys |-> IF k \in ks THEN ForcedPhase(k) ELSE phase[k]]
+    /\ LET Forces(k) == k \in ks /\ MarkMissForces(k)
+           Gone(k) == Forces(k) /\ ForcedPhase(k) = ABSENT
+           Hit(k) == Forces(k) /\ ~Gone(k)
+           \* history: a key given whose state the flavour says must be forced
+           Asked(k) == k \in ks /\ MarkMissHonours(k) /\ ~Gone(k)
+       IN /\ phase' = [k \in Keys |-> IF Forces(k) THEN ForcedPhase(k) ELSE phase[k]]
           /\ gen' = [k \in Keys |-> IF Gone(k) THEN NoGen ELSE gen[k]]
           /\ waiters' = [k \in Keys |-> IF Gone(k) THEN {} ELSE waiters[k]]
           /\ verdict' = [k \in Keys |-> IF Gone(k) THEN "none" ELSE IF Hit(k) THEN "miss" ELSE verdict[k]]
-          /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE IF Hit(k) THEN TRUE ELSE forced[k]]
+          /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE IF Asked(k) THEN TRUE ELSE forced[k]]
           \* history: the in-flight probes this MarkMiss took out of flight
           /\ moot' = moot \cup {gen[k] : k \in {x \in ks : phase[x] = IN_FLIGHT /\ phase'[x] # IN_FLIGHT}}
     /\ out' = NoOut
     /\ UNCHANGED <<requests, batch, nextGen, open, down, worker,
                    told, sent, sentIn, applied, stale, deaths>>
+    /\ UNCHANGED backendHit
 
 \* Stop the worker and reclaim everything.  The worker's queue is dropped;
 \* calls it had started may still finish and publish (nothing drains them).
@@ -468,6 +505,7 @@ Shutdown ==
     /\ subq' = <<>>
     /\ forced' = [k \in Keys |-> FALSE]
     /\ UNCHANGED <<nextGen, taken, stuck, resq, told, sent, sentIn, applied, stale, moot, deaths>>
+    /\ UNCHANGED backendHit
 
 -----------------------------------------------------------------------------
 (* Worker actions: they touch only the queues and the worker's own groups *)
@@ -497,8 +535,13 @@ Publish(G, kind, ans) ==
 
 Answers(G) == [G.probes -> {"hit", "miss"}]
 
+\* History: the backend's call for G returned in time with the answers ans
+\* (what it said, recorded apart from what the worker publishes).
+CallReturned(G, ans) == backendHit' = backendHit \cup {p \in G.probes : ans[p] = "hit"}
+
 \* The backend answered: one verdict per probe.
 CompleteGroupOf(G, ans) ==
+    /\ CallReturned(G, ans)
     /\ Publish(G, "ok", ans)
     /\ taken' = taken \ {G}
     /\ UNCHANGED stuck
@@ -507,7 +550,7 @@ CompleteGroupOf(G, ans) ==
 FailGroupOf(G) ==
     /\ Publish(G, "fail", AllMiss(G))
     /\ taken' = taken \ {G}
-    /\ UNCHANGED stuck
+    /\ UNCHANGED <<stuck, backendHit>>
 
 \* The call overstayed the timeout: publish TIMEOUT now; the call is stuck
 \* and may answer late (LateAnswer) or never.
@@ -520,6 +563,7 @@ TimeOutOf(G) ==
     /\ Publish(G, "timeout", AllMiss(G))
     /\ taken' = taken \ {G}
     /\ stuck' = stuck \cup {G}
+    /\ UNCHANGED backendHit
 
 \* MaxStuck calls are stuck: the group is answered SATURATED at once, no call.
 \* MaxStuck = 0 is a manager without a timeout: no call is stuck, none saturates.
@@ -528,7 +572,7 @@ SaturateOf(G) ==
     /\ Cardinality(stuck) >= MaxStuck
     /\ Publish(G, "saturated", AllMiss(G))
     /\ taken' = taken \ {G}
-    /\ UNCHANGED stuck
+    /\ UNCHANGED <<stuck, backendHit>>
 
 \* A stuck call returns: its answer is published marked late (also after the
 \* worker died or stopped: the call's thread outlives it).
@@ -554,7 +598,7 @@ Die ==
     /\ deaths' = deaths + 1
     /\ out' = NoOut
     /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
-                   stuck, forced, told, sent, sentIn, applied, stale, moot>>
+                   stuck, forced, told, sent, sentIn, applied, stale, moot, backendHit>>
 
 \* The worker's first answer for a group it holds.
 WorkerAnswers ==
@@ -651,6 +695,7 @@ TypeOK ==
     /\ stale \in BOOLEAN
     /\ moot \subseteq Gens
     /\ deaths \in 0..MaxDeaths
+    /\ backendHit \subseteq Probe
     /\ \A k \in Keys : (phase[k] = ABSENT) <=> (gen[k] = NoGen)
 
 \* A generation is submitted at most once, and only while its probe is
@@ -730,9 +775,32 @@ ChainStopsAtMiss == ~chainPastMiss
 \* was not known stored.
 ChainWindowWaits == ~chainAhead
 
-\* Every key a walk found stored was answered stored by the backend for
-\* that generation (the first outcome published for it), and not forced.
+\* Every key a walk found stored was answered stored by a backend call for
+\* that generation (backendHit), and not forced.
 ChainHitsAnswered == ~chainUntoldHit
+
+-----------------------------------------------------------------------------
+(* Invariants that pin an output or a verdict to what happened elsewhere   *)
+(* (issue 26): each reads history written by another action than the one  *)
+(* it checks.                                                              *)
+
+\* A lookup returns exactly its key's state's verdict: none ("ask again")
+\* until an outcome of the state's generation was applied or the key was
+\* forced, then that verdict (forced: MISS).
+LookupReturnsVerdict ==
+    out # NoOut =>
+        LET k == out.key IN
+        /\ out.ans = verdict[k]
+        /\ (out.ans = "none") <=> ~(forced[k] \/ (Live(k) /\ applied[gen[k]] > 0))
+
+\* A verdict is what the backend said: a RESOLVED key that was not forced is
+\* HIT exactly when the call for its generation returned "stored" for it in
+\* time; so a saturated (no call), failed, timed-out or dead group's keys
+\* are MISS.  backendHit is written only where a call returns, never by
+\* what the worker publishes.
+VerdictFromBackend ==
+    \A k \in Keys : (phase[k] = RESOLVED /\ ~forced[k]) =>
+        ((verdict[k] = "hit") <=> (<<k, gen[k]>> \in backendHit))
 
 -----------------------------------------------------------------------------
 (* Liveness *)

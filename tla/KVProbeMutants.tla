@@ -140,6 +140,48 @@ SaturatesSilently(G) ==
     /\ PublishesNothing(G)
 
 -----------------------------------------------------------------------------
+(* Outputs and verdicts pinned to what happened elsewhere (issues 26, 29, *)
+(* 25): each variant below passed every config before its clause existed. *)
+
+\* lookup-answers-pending-miss: a lookup joining a PENDING probe answers
+\* MISS instead of "ask again".
+PendingAnswersMiss(k) == IF phase[k] = PENDING THEN "miss" ELSE verdict[k]
+
+\* saturate-answers-stored: a saturated group (no call made) is published as
+\* an ordinary answered call, every key stored.
+SaturatesAsStored(G) ==
+    /\ MaxStuck > 0
+    /\ Cardinality(stuck) >= MaxStuck
+    /\ Publish(G, "ok", [p \in G.probes |-> "hit"])
+    /\ taken' = taken \ {G}
+    /\ UNCHANGED <<stuck, backendHit>>
+
+\* stale-answer-applied: an outcome applies to a key's state whatever the
+\* generation (MatchesAnyGeneration), with the answer of the outcome's own
+\* probe of that key.
+AnswerOfItsProbe(o, k) == IF o.kind = "ok" THEN o.ans[CHOOSE p \in ProbesOf(o, k) : TRUE] ELSE "miss"
+
+\* mark-miss-skips-unresolved (on default.cfg): the native manager's
+\* MarkMiss leaves a PENDING or IN_FLIGHT key alone, as vLLM 0.33's does.
+ForcesResolvedOnly(k) == phase[k] = RESOLVED
+
+\* mark-miss-forces-unresolved (on vllm.cfg): the drop-in's MarkMiss forces
+\* a PENDING or IN_FLIGHT key too, as the native manager does.
+ForcesEveryLiveKey(k) == TRUE
+
+\* worker-holds-until-idle (issue 29; reach.cfg): a group's answer is
+\* published only once no other group is running, as a dispatcher that
+\* holds the calls that returned until the rest finished.  In the model a
+\* held answer is an answer step taken later, so no safety property sees
+\* it; the witness NeverAppliedBesideRunning of reach.cfg disappears.
+PublishesWhenIdle(G, ans) ==
+    /\ taken = {G}
+    /\ CallReturned(G, ans)
+    /\ Publish(G, "ok", ans)
+    /\ taken' = {}
+    /\ UNCHANGED stuck
+
+-----------------------------------------------------------------------------
 (* The chain walk (tla/chain.cfg) *)
 
 \* window-skips-ahead: a walk probes the next window once the keys before

@@ -99,4 +99,16 @@ NeverTwoKeysForced == [][~TwoKeysForced]_vars
 PublishedAfterShutdown == down /\ Len(resq') > Len(resq)
 NeverPublishedAfterShutdown == [][~PublishedAfterShutdown]_vars
 
+\* Issue 29: a group's outcome is applied while a group of the same or an
+\* earlier batch is still running (taken, unanswered): a slow group holds
+\* back no other.  Without a batch number: a later flush's groups hold only
+\* generations above every generation of an earlier flush, so a running
+\* group with a generation below one of the applied group's is of its
+\* batch or an earlier one, and was running when that outcome was published.
+AppliedBesideRunning == \E k \in Keys :
+    /\ Draining /\ Head(resq).kind = "ok" /\ ~Head(resq).late
+    /\ phase[k] = IN_FLIGHT /\ phase'[k] = RESOLVED
+    /\ \E G \in taken : \E p \in G.probes, q \in Head(resq).grp.probes : p[2] < q[2]
+NeverAppliedBesideRunning == [][~AppliedBesideRunning]_vars
+
 =============================================================================

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.check import EXIT_INVARIANT, EXIT_OK, EXIT_USAGE, main
-from kvprobe.tlc_mutants import KINDS, MUTANT_NAMES, MUTANTS
+from kvprobe.check import EXIT_INVARIANT, EXIT_OK, EXIT_UNREACHED, EXIT_USAGE, main, reach_config
+from kvprobe.tlc import tla_dir
+from kvprobe.tlc_mutants import KINDS, MUTANT_NAMES, MUTANTS, find_mutant
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tla"))
 from mutant_runs import shared_tlc_runs  # noqa: F401 (a fixture)
@@ -48,10 +49,36 @@ def test_unknown_mutant_lists_both_kinds(capsys: pytest.CaptureFixture[str]) -> 
     assert "fail-resolves-hit" in err and "double-result" in err
 
 
+#: The spec mutants an invariant catches (the others remove a reachability witness: below).
+INVARIANT_CAUGHT = sorted(m for m in SPEC_CAUGHT_BY if find_mutant(m).config != "reach")
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
 @pytest.mark.usefixtures("shared_tlc_runs")
-@pytest.mark.parametrize("mutant", sorted(SPEC_CAUGHT_BY))
+@pytest.mark.parametrize("mutant", INVARIANT_CAUGHT)
 def test_spec_mutant_is_reported_by_its_clause(mutant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Without --config, the mutant's own config is checked (tla/vllm.cfg for a flavour's mutant).
     assert main(["--quiet", "--workers", "1", "--mutant", mutant]) == EXIT_INVARIANT
     out = capsys.readouterr().out
-    assert f"kvprobe check default (mutant {mutant}): VIOLATED safety property {SPEC_CAUGHT_BY[mutant]}:" in out
+    config = find_mutant(mutant).config
+    assert f"kvprobe check {config} (mutant {mutant}): VIOLATED safety property {SPEC_CAUGHT_BY[mutant]}:" in out
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
+@pytest.mark.usefixtures("shared_tlc_runs")
+@pytest.mark.parametrize("mutant", sorted(set(SPEC_CAUGHT_BY) - set(INVARIANT_CAUGHT)))
+def test_reach_mutant_removes_its_witness(
+    mutant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A reachability config of the one witness the mutant removes (as `--config reach` runs
+    # each property): the mutant's overrides reach every run, and the witness is missing.
+    folder = tmp_path / "tla"
+    shutil.copytree(tla_dir(), folder)
+    prop = SPEC_CAUGHT_BY[mutant]
+    reach = (folder / "reach.cfg").read_text()
+    (folder / "reach1.cfg").write_text(reach_config(reach, prop))
+    monkeypatch.setenv("KVPROBE_TLA_DIR", str(folder))
+    # (The witness exists on the model: tests/tla/test_tla_check.py, test_reachability_witnesses_exist.)
+    assert main(["--quiet", "--config", "reach1", "--mutant", mutant]) == EXIT_UNREACHED
+    out = capsys.readouterr().out
+    assert f"kvprobe check reach1: UNREACHED: no witness for {prop}" in out

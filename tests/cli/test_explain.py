@@ -35,14 +35,31 @@ def test_golden_stale_result_applied() -> None:
 def test_the_account_names_actions_with_arguments_and_the_cause() -> None:
     lines = explain(_steps(), "StaleGenerationDropped").splitlines()
     assert "  [2] Lookup: r1 asks for k1 (new probe, generation 1); r1 is answered not known yet for k1" in lines
-    assert any(line.startswith("  [8] Die: the worker dies") for line in lines)
-    drain = next(line for line in lines if line.startswith("  [9] Drain:"))
-    assert "the worker's death marker: every open group fails" in drain and "(state generation 2)" in drain
+    assert "  [8] TakeBatch: the worker takes group of r1 [k1 gen 1]" in lines
+    assert any(line.startswith("  [9] CompleteGroup: group of r1 [k1 gen 1] answers k1 = hit") for line in lines)
+    drain = next(line for line in lines if line.startswith("  [10] Drain:"))
+    assert "k1 -> RESOLVED hit (state generation 2)" in drain
     assert lines[-1].startswith("What went wrong (StaleGenerationDropped): the generation-1 result ")
     assert "was applied to generation 2 of k1" in lines[-1]
     # History and bookkeeping variables are left out of the steps.
     hidden = ("applied", "sent", "sentIn", "moot", "nextGen", "told", "stale", "deaths", "out")
     assert not any(line.strip().startswith(tuple(h + ":" for h in hidden)) for line in lines)
+
+
+def test_a_death_and_the_drain_of_its_marker_read_plainly() -> None:
+    group = "[req |-> r1, probes |-> {<<k1, 1>>}]"
+    marker = '[grp |-> [req |-> "none", probes |-> {}], kind |-> "died", ans |-> <<>>, late |-> FALSE]'
+    state = {"phase": '(k1 :> "IN_FLIGHT")', "gen": "(k1 :> 1)", "verdict": '(k1 :> "none")', "open": f"{{{group}}}"}
+    steps = [
+        Step(1, "Init", {**state, "resq": "<<>>", "wstate": '"up"'}),
+        Step(2, "Die", {**state, "resq": f"<<{marker}>>", "wstate": '"dead"'}),
+        Step(3, "Drain", {**state, "phase": '(k1 :> "RESOLVED")', "verdict": '(k1 :> "miss")', "resq": "<<>>"}),
+    ]
+    lines = explain(steps, "NoSuchInvariant").splitlines()
+    assert any(line.startswith("  [2] Die: the worker dies") for line in lines)
+    drain = next(line for line in lines if line.startswith("  [3] Drain:"))
+    assert "the worker's death marker: every open group fails (group of r1 [k1 gen 1])" in drain
+    assert "k1 -> RESOLVED miss (state generation 1)" in drain
 
 
 def test_unknown_variables_actions_and_properties_are_shown_plainly() -> None:

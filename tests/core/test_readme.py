@@ -86,7 +86,9 @@ def test_performance_ratios_are_those_of_docs_performance() -> None:
 
     sections = re.split(r"^#.*$", normal((ROOT / "docs" / "performance.md").read_text()), flags=re.M)
     ratio = rf"(\d+\.\d+(?:{EN_DASH}\d+\.\d+)?{TIMES}?)"
-    quoted = re.findall(ratio + r"[^()]*\([^()]*?(\d{4}-\d\d-\d\d)", section(README, "Performance"))
+    # Every ratio between the previous parenthesis and a "(... DATE" is of that date.
+    spans = re.findall(r"([^()]*)\([^()]*?(\d{4}-\d\d-\d\d)", section(README, "Performance"))
+    quoted = [(figure, date) for text, date in spans for figure in re.findall(ratio, text)]
     assert len(quoted) >= 3, "the README quotes the headline ratios, each with its date"
     for figure, date in quoted:
         assert any(normal(figure) in s and date in s for s in sections), (

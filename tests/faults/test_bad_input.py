@@ -8,7 +8,7 @@ value not allowed); backends raise ``TypeError`` for a non-bytes key.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,11 +157,12 @@ TIMEOUTS = [
     (True, InvalidInputError, r"must be a number of seconds, got bool"),
     ([1], InvalidInputError, r"must be a number of seconds, got list"),
     (complex(1, 0), InvalidInputError, r"must be a number of seconds, got complex"),
+    (10**400, InvalidValueError, r"must be positive and finite, got 1000.* \(at most threading\.TIMEOUT_MAX"),
 ]
 
 
 @pytest.mark.parametrize("argument", ["lookup_timeout_s", "shutdown_timeout_s"])
-@pytest.mark.parametrize(("value", "error", "message"), TIMEOUTS, ids=[repr(v[0]) for v in TIMEOUTS])
+@pytest.mark.parametrize(("value", "error", "message"), TIMEOUTS, ids=[repr(v[0])[:12] for v in TIMEOUTS])
 def test_bad_timeouts(argument: str, value: object, error: type[Exception], message: str) -> None:
     threads = threading.active_count()
     with pytest.raises(error, match=argument + " " + message):
@@ -302,3 +303,82 @@ def test_unchecked_mode_has_no_thread_check() -> None:
     thread.join(10)
     assert result == [None]
     m.shutdown()
+
+
+# --- input that raises something of its own while it is read -------------------------------------
+
+
+class RaisingReqId:
+    """A context whose ``req_id`` property raises ``KeyError`` (not a missing attribute)."""
+
+    @property
+    def req_id(self) -> str:
+        raise KeyError("req_id")
+
+
+class UnhashableKey:
+    """A key whose ``__hash__`` raises something other than ``TypeError``."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash refused")
+
+
+class UnhashableBytes(bytes):
+    """A bytes look-alike whose ``__hash__`` raises."""
+
+    def __hash__(self) -> int:
+        raise ZeroDivisionError("hash refused")
+
+
+class BrokenKeys(Sequence[bytes]):
+    """A sequence of keys whose reading raises ``OSError`` (a lazily loaded list, say)."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: Any) -> Any:
+        raise OSError(5, "read failed")
+
+
+@pytest.fixture(params=[False, True], ids=["unchecked", "checked"])
+def held(request: pytest.FixtureRequest) -> Any:
+    """A manager (checked or not) holding one probe for request ``r0``."""
+    manager = AsyncLookupManager(InMemoryBackend(keys("stored", 2)), worker="manual", checked=request.param)
+    manager.lookup(keys("stored", 1)[0], ReqContext("r0"))
+    yield manager
+    manager.shutdown()
+
+
+RAISING_LOOKUPS = [
+    ("req_id-raises-KeyError", lambda key: (key, RaisingReqId()), r"req_context\.req_id raised KeyError"),
+    ("key-hash-raises", lambda key: (UnhashableKey(), ReqContext("r1")), r"keys must be bytes, got UnhashableKey"),
+    ("bytes-hash-raises", lambda key: (UnhashableBytes(b"k"), ReqContext("r1")), r"got UnhashableBytes"),
+]
+
+
+@pytest.mark.parametrize(("make", "message"), [c[1:] for c in RAISING_LOOKUPS], ids=[c[0] for c in RAISING_LOOKUPS])
+def test_lookup_turns_input_that_raises_into_invalid_input(held: AsyncLookupManager, make: Any, message: str) -> None:
+    key, context = make(keys("stored", 1)[0])
+    before = _snapshot(held)
+    with pytest.raises(InvalidInputError, match=message):
+        held.lookup(key, context)
+    assert _snapshot(held) == before
+
+
+RAISING_CHAINS = [
+    ("req_id-raises-KeyError", lambda key: ([key], RaisingReqId()), r"req_context\.req_id raised KeyError"),
+    ("keys-raise-OSError", lambda key: (BrokenKeys(), ReqContext("r0")), r"could not read its keys: OSError"),
+    ("key-hash-raises", lambda key: ([key, UnhashableKey()], ReqContext("r1")), r"got UnhashableKey"),
+    ("held-then-hash-raises", lambda key: ([key, UnhashableBytes(b"k")], ReqContext("r0")), r"got UnhashableBytes"),
+]
+
+
+@pytest.mark.parametrize(("make", "message"), [c[1:] for c in RAISING_CHAINS], ids=[c[0] for c in RAISING_CHAINS])
+def test_lookup_chain_turns_input_that_raises_into_invalid_input(
+    held: AsyncLookupManager, make: Any, message: str
+) -> None:
+    chain, context = make(keys("stored", 1)[0])
+    before = _snapshot(held)
+    with pytest.raises(InvalidInputError, match=message):
+        held.lookup_chain(chain, context)
+    assert _snapshot(held) == before

@@ -12,15 +12,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
 from fault_harness import drive, finish, keys
 from helper_backends import marker, scripted_factory
+from pool_helper_backend import PoolSpinBackend
 
 from kvprobe.backends import InMemoryBackend, ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, InvalidInputError, InvalidValueError, ThreadedWorker
-from kvprobe.statemachine.cpu_gate import JUDGE_S, WARM_UP_S, CpuGate, thread_busy_clock
+from kvprobe.statemachine.cpu_gate import JUDGE_S, WARM_UP_S, BusyClock, CpuGate, thread_busy_clock
 from kvprobe.testing.lifetimes import nothing_outlives
 
 
@@ -41,11 +43,13 @@ class Overlap:
         self.inside = 0
         self.peak = 0
         self.finished: list[str] = []  # request ids in the order their calls returned
+        self.entered: list[float] = []  # time.monotonic() as each call began
 
     def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
         with self.lock:
             self.inside += 1
             self.peak = max(self.peak, self.inside)
+            self.entered.append(time.monotonic())
         try:
             seconds = self.slow_s if getattr(req_context, "req_id", "") == "slow" else self.spin_s
             _spin(seconds)
@@ -189,11 +193,64 @@ def test_a_group_started_beside_a_computing_call_past_hold_s_is_judged_alone() -
     assert _judge(gate, [computing]) > 0
     time.sleep(0.3)
     assert gate.wait_s([computing], time.monotonic()) == 0.0  # past hold_s: one more may start
+    # Nothing else was pending (a group pending all along would be let in
+    # now by the bound: hold_s from its free slot).  A group asked for later:
+    gate.no_demand()
     next_spinner = _run_for(_spin, 2.0)
     started = _Call(next_spinner, time.monotonic())
     assert gate.wait_s([computing, started], time.monotonic()) > 0, "not presumed waiting: judged first"
     spinner.join()
     next_spinner.join()
+
+
+class _Computing:
+    """A call busy all the time since ``started``, on the simulated clock ``now``."""
+
+    def __init__(self, started: float, now: list[float]) -> None:
+        self.started = started
+        self.thread_id = id(self)
+        self.clock: BusyClock = lambda: now[0] - started
+
+
+def _admit(gate: CpuGate, groups: int, running: list[_Computing], now: list[float]) -> list[float]:
+    """Ask ``gate`` as the dispatcher does (computing calls, slots for all); when each group starts.
+
+    Time moves on by the wait the gate asks for, at least a microsecond (a
+    real wait always lets some time pass; a rounding-sized one would not).
+    """
+    starts: list[float] = []
+    for _ in range(100_000):
+        if len(starts) == groups:
+            return starts
+        wait = gate.wait_s(running, now[0])
+        if wait > 0:
+            now[0] += max(wait, 1e-6)
+            continue
+        starts.append(now[0])
+        running.append(_Computing(now[0], now))
+    raise AssertionError(f"after 100,000 questions only {len(starts)} of {groups} groups started: {starts}")
+
+
+def test_every_computing_group_starts_within_hold_s_of_its_free_slot() -> None:
+    # Four computing groups, four free slots: the hold of one does not add
+    # to the next one's (0, 0.25, 0.5, 0.75 s before).
+    now = [100.0]
+    starts = _admit(CpuGate(0.25), 4, [], now)
+    assert starts[0] == 100.0
+    assert max(starts) - 100.0 <= 0.25 + 1e-5, starts
+
+
+def test_the_hold_counts_from_the_free_slot_not_from_an_earlier_demand() -> None:
+    now = [100.0]
+    gate = CpuGate(0.25)
+    running: list[_Computing] = []
+    assert _admit(gate, 2, running, now)[1] <= 100.25 + 1e-5
+    gate.no_demand()  # nothing else pending: the dispatcher stops asking
+    running.pop(0)  # the first call ends
+    now[0] = asked = running[0].started + 0.05  # the second, computing, has run 50 ms
+    wait = gate.wait_s(running, now[0])
+    assert wait > 0, "a group asked for now is held back: its slot has been free for no time"
+    assert _admit(gate, 1, running, now)[0] <= asked + 0.25 + 1e-5
 
 
 def test_gate_never_raises_for_an_ended_thread_or_a_failing_gauge() -> None:
@@ -230,6 +287,35 @@ def test_waiting_calls_overlap_up_to_max_concurrent_groups() -> None:
         assert finish(m, list(wants)) == 0
         m.shutdown()
     assert backend.peak == 3
+
+
+def test_waiting_calls_shorter_than_the_judging_window_overlap() -> None:
+    # 20 ms calls end before the gate's first judgment (about 27 ms): judged
+    # on the readings taken while they ran, the later ones are presumed to
+    # wait as well and run together (one after another before).
+    backend = Overlap(InMemoryBackend(), sleep_s=0.02)
+    with nothing_outlives():
+        m = AsyncLookupManager(backend, busy_call_hold_s=10.0, max_concurrent_groups=4)
+        wants = _wants(40, per_group=1)
+        drive(m, wants)
+        assert finish(m, list(wants)) == 0
+        m.shutdown()
+    assert backend.peak >= 3
+
+
+def test_computing_groups_all_start_within_hold_s_of_their_free_slots() -> None:
+    # Four calls computing 2 s each, four slots, hold 0.4 s: each starts within
+    # 0.4 s of the batch (0, 0.4, 0.8, 1.2 s when holds added up).  The margin
+    # (0.9 s) is generous: it only tells one hold from three.
+    backend = Overlap(InMemoryBackend(), spin_s=2.0)
+    with nothing_outlives():
+        m = AsyncLookupManager(backend, busy_call_hold_s=0.4, max_concurrent_groups=4)
+        wants = _wants(4, per_group=1)
+        drive(m, wants, bound_s=30.0)
+        assert finish(m, list(wants)) == 0
+        m.shutdown()
+    assert len(backend.entered) == 4
+    assert max(backend.entered) - min(backend.entered) < 0.9, backend.entered
 
 
 def test_hold_zero_starts_computing_calls_together() -> None:
@@ -277,22 +363,38 @@ def test_bad_hold_is_a_typed_error(value: object, error: type[Exception], messag
 # --- helper processes -----------------------------------------------------------
 
 
+def _helper_cpu_during_call(backend: ProcessBackend, keys: list[bytes]) -> list[float]:
+    """``backend.cpu_seconds_of`` its caller, read while a call of ``keys`` runs, until it passes 0.1 s."""
+    assert backend.cpu_seconds_of(threading.get_ident()) == 0.0  # no call made
+    seen: list[float] = []
+    caller = threading.Thread(target=backend.batch_lookup, args=(keys, None))
+    caller.start()
+    assert caller.ident is not None
+    for _ in range(50):
+        seen.append(backend.cpu_seconds_of(caller.ident))
+        if seen[-1] > 0.1:
+            break
+        time.sleep(0.02)
+    caller.join()
+    assert backend.cpu_seconds_of(caller.ident) == 0.0  # the call is over
+    return seen
+
+
 def test_process_backend_reports_the_cpu_its_helper_spends_on_a_call(tmp_path: Path) -> None:
     backend = ProcessBackend(scripted_factory(tmp_path))
     try:
-        assert backend.cpu_seconds_of(threading.get_ident()) == 0.0  # no call made
-        seen: list[float] = []
-        caller = threading.Thread(target=backend.batch_lookup, args=([marker("spin", 0.6)], None))
-        caller.start()
-        assert caller.ident is not None
-        for _ in range(50):
-            seen.append(backend.cpu_seconds_of(caller.ident))
-            if seen[-1] > 0.1:
-                break
-            time.sleep(0.02)
-        caller.join()
+        seen = _helper_cpu_during_call(backend, [marker("spin", 0.6)])
         assert seen[-1] > 0.1, f"the helper spun, yet its CPU read {seen}"
-        assert backend.cpu_seconds_of(caller.ident) == 0.0  # the call is over
+    finally:
+        backend.close()
+
+
+def test_process_backend_counts_every_thread_of_its_helper() -> None:
+    # The helper's main thread waits while a pool thread of the tier computes.
+    backend = ProcessBackend(partial(PoolSpinBackend, 0.6))
+    try:
+        seen = _helper_cpu_during_call(backend, [b"k"])
+        assert seen[-1] > 0.1, f"the helper's pool thread spun, yet its CPU read {seen}"
     finally:
         backend.close()
 

@@ -525,6 +525,30 @@ def test_bad_limits_raise_value_error_before_any_process_starts(tier: Tier, kwar
     assert _children() == before
 
 
+#: The longest a pipe's poll can wait (its timeout becomes a C int of milliseconds): 24.8 days.
+PIPE_POLL_MAX_S = (2**31 - 1) / 1000
+
+
+@pytest.mark.parametrize("name", ["call_timeout_s", "start_timeout_s"])
+@pytest.mark.parametrize(
+    "seconds",
+    [PIPE_POLL_MAX_S + 0.001, 30 * 86400.0, 1e300, 10**400],
+    ids=["just-above", "30-days", "1e300", "10**400"],
+)
+def test_a_timeout_the_pipe_cannot_wait_for_is_refused(tier: Tier, name: str, seconds: float) -> None:
+    # Accepted, it would make every call fail (the poll overflows), kill the
+    # healthy helper each time and answer MISS for stored keys for ever.
+    before = _children()
+    with pytest.raises(ValueError, match=rf"{name} must be positive and finite, got .* \(at most .* 2147483\.647 s\)"):
+        ProcessBackend(partial(FsBackend, str(tier.root)), **{name: seconds})
+    assert _children() == before
+
+
+def test_the_longest_timeout_the_pipe_can_wait_for_serves_calls(tier: Tier) -> None:
+    with _own(tier, call_timeout_s=PIPE_POLL_MAX_S, start_timeout_s=PIPE_POLL_MAX_S) as backend:
+        assert backend.batch_lookup(tier.mixed, None) == tier.truth(tier.mixed)
+
+
 @pytest.mark.parametrize("bad", ["text", bytearray(b"ba"), memoryview(b"mv"), 7, None], ids=repr)
 def test_a_non_bytes_key_raises_type_error_before_anything_is_sent(
     scripted: ProcessBackend, tier: Tier, bad: object

@@ -7,6 +7,7 @@ keys.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Sequence
@@ -16,7 +17,9 @@ import pytest
 from fault_harness import Reliability, counters, drive, finish, keys, still_serves
 
 from kvprobe.backends import InMemoryBackend
-from kvprobe.statemachine import AsyncLookupManager, ManagerClosedError, ReqContext, ThreadedWorker
+from kvprobe.statemachine import AsyncLookupManager, ManagerClosedError, NdjsonTrace, ReqContext, ThreadedWorker
+from kvprobe.statemachine.trace import read_ndjson
+from kvprobe.statemachine.types import Batch, GroupOutcome
 from kvprobe.testing.lifetimes import nothing_outlives
 
 
@@ -337,3 +340,52 @@ def test_a_call_running_when_its_dispatcher_dies_publishes_nothing(monkeypatch: 
         m.cleanup("r1")
         m.cleanup("r2")
         assert len(m) == 0
+
+
+# --- a worker of its own that publishes the wrong number of verdicts -------------------------------
+
+
+class MiscountingWorker:
+    """A custom worker that answers each group at once with ``extra`` verdicts more than keys
+    (fewer when negative), all True: it skips ``probe_group``'s length check."""
+
+    def __init__(self, extra: int) -> None:
+        self.extra = extra
+        self.publish: Any = None
+
+    def start(self, backend: object, publish: Any) -> None:
+        self.publish = publish
+
+    def submit(self, batch: Batch) -> None:
+        for group in batch.groups:
+            self.publish(GroupOutcome(group, (True,) * max(0, len(group.states) + self.extra)))
+
+    def is_alive(self) -> bool:
+        return True
+
+    def stop(self, timeout_s: float) -> None:
+        self.publish = None
+
+
+@pytest.mark.parametrize("extra", [-1, -3, 1], ids=["one-short", "none", "one-long"])
+def test_an_outcome_with_the_wrong_number_of_verdicts_resolves_every_key_as_miss(extra: int) -> None:
+    with AsyncLookupManager(InMemoryBackend(), worker=MiscountingWorker(extra), checked=True) as m:
+        wanted = keys("miscounted", 3)
+        answers = drive(m, {"r": wanted}, bound_s=5.0).values
+        assert answers == [False, False, False], "no key of a miscounted outcome is left unanswered, none is trusted"
+        kind = "short_result" if extra < 0 else "long_result"
+        assert m.stats.failures == {kind: 1}
+        assert (m.stats.backend_calls, m.stats.backend_errors, m.stats.misses) == (1, 1, 3)
+        assert m.core.outstanding == {}
+        finish(m, ["r"])
+        assert len(m) == 0
+
+
+@pytest.mark.parametrize("extra", [-1, 2])
+def test_a_miscounted_outcome_is_traced_as_the_failure_the_core_applied(extra: int) -> None:
+    stream = io.StringIO()
+    with AsyncLookupManager(InMemoryBackend(), worker=MiscountingWorker(extra), trace=NdjsonTrace(stream)) as m:
+        drive(m, {"r": keys("traced", 2)}, bound_s=5.0)
+        finish(m, ["r"])
+    (drain,) = [e for e in read_ndjson(stream.getvalue().splitlines()) if e["action"] == "Drain"]
+    assert (drain["verdicts"], drain["failure"]) == (None, "short_result" if extra < 0 else "long_result")

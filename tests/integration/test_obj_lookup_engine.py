@@ -9,44 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from obj_fakes import FakeStore
 
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
-
-
-class FakeStore:
-    def __init__(self, stored: set[str], fail_times: dict[str, int], delay_s: float = 0.0) -> None:
-        self.stored = stored
-        self.fail_times = Counter(fail_times)  # how many more times a query holding the name fails
-        self.delay_s = delay_s
-        self.sizes: list[int] = []
-        self.order: list[str] = []  # each query's first name, in the order queries started
-        self.lock = threading.Lock()
-        self.concurrent = 0
-        self.peak = 0
-
-    def query(self, names: Sequence[str]) -> list[Any]:
-        with self.lock:
-            self.sizes.append(len(names))
-            self.order.append(names[0])
-            self.concurrent += 1
-            self.peak = max(self.peak, self.concurrent)
-            failing = [n for n in names if self.fail_times[n] > 0]
-            for n in failing:
-                self.fail_times[n] -= 1
-        try:
-            if self.delay_s:
-                time.sleep(self.delay_s)
-            if failing:
-                raise RuntimeError("NIXL_ERR_BACKEND")
-            return [{} if n in self.stored else None for n in names]
-        finally:
-            with self.lock:
-                self.concurrent -= 1
 
 
 def _engine(store: FakeStore, **kw: Any) -> ChunkedLookup:
@@ -60,12 +28,14 @@ def test_one_failing_key_decides_no_other_keys_verdict() -> None:
     store = FakeStore(set(names[::2]), {"k5": 3})
     engine = _engine(store)
     try:
-        verdicts, answered = engine.run(names, deadline_s=5)
+        verdicts, answered, _ = engine.run(names, deadline_s=5)
         assert answered == 64 and verdicts == [i % 2 == 0 for i in range(64)]
         c = engine.counters.snapshot()
-        # k5's chunk failed once whole; then k5 alone failed twice more, then answered.
-        assert c["failed_queries"] == 3 and c["retried_keys"] == 16 + 1 + 1, c
-        assert c["miss_failing"] == c["miss_in_flight"] == c["miss_not_started"] == 0
+        # k5's chunk failed once whole, then the half holding k5, then its
+        # quarter; each time the other part answered; then k5's eighth answered.
+        assert c["failed_queries"] == 3 and c["retried_keys"] == 16 + 8 + 4, c
+        assert c["queries"] == 4 + 2 + 2 + 2, c
+        assert c["miss_failing"] == c["miss_in_flight"] == c["miss_not_started"] == c["shed"] == 0
     finally:
         engine.close()
 
@@ -76,7 +46,7 @@ def test_a_key_failing_past_the_deadline_is_miss_by_cause_and_the_rest_answer() 
     engine = _engine(store)
     try:
         started = time.monotonic()
-        verdicts, answered = engine.run(names, deadline_s=0.3)
+        verdicts, answered, _ = engine.run(names, deadline_s=0.3)
         assert time.monotonic() - started < 0.3 + 0.2
         assert answered == 39 and verdicts == [n != "k7" for n in names]
         assert engine.counters.snapshot()["miss_failing"] == 1
@@ -90,7 +60,7 @@ def test_the_deadline_stops_a_slow_store_and_counts_in_flight_and_not_started() 
     engine = _engine(store, agents=2)
     try:
         started = time.monotonic()
-        verdicts, answered = engine.run(names, deadline_s=0.4)
+        verdicts, answered, _ = engine.run(names, deadline_s=0.4)
         assert time.monotonic() - started < 0.4 + 0.2
         c = engine.counters.snapshot()
         # 2 agents: chunks 1-2 answered at 0.25 s, chunks 3-4 still running at 0.4 s.
@@ -127,12 +97,12 @@ def test_a_small_group_does_not_wait_behind_a_large_one() -> None:
     engine = _engine(store, agents=2)
     try:
         done: list[str] = []
-        runner = threading.Thread(target=lambda: done.append(str(engine.run(big, 30)[1])))
+        runner = threading.Thread(target=lambda: done.append(str(engine.run(big, 30).answered)))
         runner.start()
         while len(store.sizes) < 2:  # the large group is running, its chunks all queued
             time.sleep(0.001)
         queued_before = len(store.order)
-        verdicts, answered = engine.run(small, 30)
+        verdicts, answered, _ = engine.run(small, 30)
         assert answered == 16 and all(verdicts)
         position = store.order.index("small0") - queued_before
         # One turn: at most one chunk of the large group per agent goes first.
@@ -168,7 +138,7 @@ def test_closed_engine_refuses() -> None:
 
 
 def test_retry_plan_on_a_virtual_clock() -> None:
-    """RetryPlan alone: first chunks once, a failed chunk's keys retried one by one after their backoff."""
+    """RetryPlan alone: first chunks once, a failed chunk's keys retried in halves after their backoff."""
     import random
 
     from kvprobe.backends._obj_lookup import Chunk, RetryPlan
@@ -183,21 +153,74 @@ def test_retry_plan_on_a_virtual_clock() -> None:
     assert ready is not None and 100.05 + 0.05 <= ready <= 100.05 + 0.15  # base * U(0.5, 1.5)
     assert plan.due(ready - 1e-9) == []
     retries = []
-    while len(retries) < 16:
+    while len(retries) < 2:
         at = plan.next_retry_at()
         assert at is not None
         retries += plan.due(at)
-    assert sorted(c.start for c in retries) == list(range(16, 32)) and all(c.attempt == 1 for c in retries)
-    for c in retries[:-1]:
-        plan.answered(c, [{}])
+    assert sorted(retries, key=lambda c: c.start) == [Chunk(16, 24, 1), Chunk(24, 32, 1)]
+    answered_half, failing_half = sorted(retries, key=lambda c: c.start)
+    plan.answered(answered_half, [{}] * 8)
     assert not plan.finished
-    plan.failed(retries[-1], 101.0, "reset")
+    plan.failed(failing_half, 101.0, "reset")
+    quarters = []
+    while len(quarters) < 2:
+        at = plan.next_retry_at()
+        assert at is not None and at >= 101.0 + 0.1  # attempt 1: base * 2 * U(0.5, 1.5)
+        quarters += plan.due(at)
+    assert sorted(quarters, key=lambda c: c.start) == [Chunk(24, 28, 2), Chunk(28, 32, 2)]
     verdicts, answered, counts = plan.settle(in_flight=[])
-    failing = retries[-1].start
-    assert answered == 39
-    assert verdicts == [i < 32 and i != failing for i in range(40)]
-    assert counts["failed_throttled"] == 1 and counts["failed_reset"] == 1 and counts["miss_failing"] == 1
-    assert counts["retried_keys"] == 17 and counts["queries"] == 3 + 16 + 0
+    assert answered == 32
+    assert verdicts == [i < 24 for i in range(40)]
+    assert counts["failed_throttled"] == 1 and counts["failed_reset"] == 1 and counts["miss_failing"] == 8
+    assert counts["retried_keys"] == 16 + 8 and counts["queries"] == 3 + 2
+
+
+def test_retry_parts_are_no_larger_than_asked_and_a_single_key_is_retried_alone() -> None:
+    import random
+
+    from kvprobe.backends._obj_lookup import Chunk, RetryPlan
+
+    plan = RetryPlan(16, 16, RetryPolicy(0.1, 1.0), random.Random(1), now=0.0, deadline_s=5.0)
+    (chunk,) = plan.due(0.0)
+    plan.failed(chunk, 0.0, "other", part=3)
+    parts = plan.due(10.0)
+    assert sorted((c.start, c.stop) for c in parts) == [(0, 3), (3, 6), (6, 9), (9, 12), (12, 15), (15, 16)]
+    single = next(c for c in parts if c.start == 15)
+    plan.failed(single, 10.0, "other", part=8)
+    assert plan.due(20.0) == [Chunk(15, 16, 2)]
+
+
+def test_query_size_halves_on_failure_and_grows_after_full_successes() -> None:
+    from kvprobe.backends._obj_lookup import QuerySize
+
+    size = QuerySize(16)
+    size.failed(16)
+    assert size.size == 8
+    size.answered(4)  # a smaller query than the size says nothing about it
+    assert size.size == 8
+    size.answered(8)
+    assert size.size == 9
+    size.failed(3)
+    assert size.size == 2
+    for _ in range(40):
+        size.answered(size.size)
+    assert size.size == 16
+    for _ in range(10):
+        size.failed(1)
+    assert size.size == 1
+
+
+def test_a_failed_query_keeps_the_pool_busy_with_large_parts_not_single_keys() -> None:
+    """Issue 27: a failed chunk's keys were retried one per query (4 agents: 4 HEADs in flight, not 64)."""
+    names = [f"k{i}" for i in range(16)]
+    store = FakeStore(set(names), {"k0": 1})  # the whole chunk fails once
+    engine = _engine(store)
+    try:
+        verdicts, answered, _ = engine.run(names, deadline_s=5)
+        assert answered == 16 and all(verdicts)
+        assert store.sizes == [16, 8, 8], store.sizes
+    finally:
+        engine.close()
 
 
 def test_no_retry_plan_leaves_a_failed_chunk_missing() -> None:
@@ -234,9 +257,11 @@ def test_failures_are_classified_from_boto3_errors_and_nixl_timing() -> None:
 
 def test_later_retries_go_through_query_one_and_their_failures_are_classified() -> None:
     names = [f"k{i}" for i in range(32)]
-    store = FakeStore(set(names), {"k5": 2})  # k5's chunk and k5's first retry fail
+    # k5's chunk, half, quarter and eighth fail (attempts 0-3); then k4 and
+    # k5 are single keys at attempt 4, through query_one.
+    store = FakeStore(set(names), {"k5": 4})
     single: list[str] = []
-    fails = {"k5": 1}  # then query_one fails once for k5, and answers
+    fails = {"k5": 1}  # query_one fails once for k5, and answers
 
     def query_one(name: str) -> Any:
         single.append(name)
@@ -250,10 +275,10 @@ def test_later_retries_go_through_query_one_and_their_failures_are_classified() 
 
     engine = _engine(store, query_one=query_one, classify=classify)
     try:
-        verdicts, answered = engine.run(names, deadline_s=5)
+        verdicts, answered, _ = engine.run(names, deadline_s=5)
         assert answered == 32 and all(verdicts)
-        assert single == ["k5", "k5"]  # attempts 2 and 3; the first retry stayed on query
+        assert sorted(single) == ["k4", "k5", "k5"]  # attempts 4 (both) and 5 (k5): multi-key retries stayed on query
         c = engine.counters.snapshot()
-        assert c["failed_other"] == 2 and c["failed_reset"] == 1 and c["failed_queries"] == 3, c
+        assert c["failed_other"] == 4 and c["failed_reset"] == 1 and c["failed_queries"] == 5, c
     finally:
         engine.close()

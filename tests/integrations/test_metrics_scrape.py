@@ -253,3 +253,28 @@ def test_helper_gauges_count_busy_helpers_and_not_killed_ones(
         gate.touch()
         m.shutdown()
         backend.close()
+
+
+class _CountingTier(FsBackend):
+    """A tier with the object backend's two views: its counters and its store's pace."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.stats = {"shed": 3, "retried_keys": 7}
+        self.pacing: dict[str, float | int | None] = {"rate": None, "decreases": 2, "holds": 0}
+
+
+def test_a_backends_own_counters_and_pace_are_exported(tmp_path: Path) -> None:
+    from kvprobe.statemachine import AsyncLookupManager
+
+    registry = CollectorRegistry()
+    tier = _CountingTier(tmp_path)
+    with AsyncLookupManager(tier, name="obj") as m:
+        LookupMetrics(m).register(registry)
+        value = partial(registry.get_sample_value, labels={"tier": "obj"})
+        assert (value("kvprobe_backend_shed_total"), value("kvprobe_backend_retried_keys_total")) == (3, 7)
+        assert value("kvprobe_backend_pace_decreases_total") == 2
+        assert value("kvprobe_backend_pace_rate") is None  # unpaced: no gauge
+        tier.pacing["rate"] = 12.5
+        tier.stats["shed"] = 1  # a counter read lower than before never goes down
+        assert (value("kvprobe_backend_pace_rate"), value("kvprobe_backend_shed_total")) == (12.5, 3)

@@ -7,6 +7,15 @@ tier (a subclass of :class:`kvprobe.integrations.vllm.AsyncLookupManager`
 whose ``batch_lookup`` asks the machine's backend), and reads what the
 machine observes (core, worker, stats, phase, len) from the kvprobe manager
 the drop-in runs on.  The machine itself is not modified.
+
+Three calls follow vLLM 0.33's contract, where the machine's model is
+kvprobe's own, and reach the drop-in only where the two agree:
+``mark_miss`` sends keys that are RESOLVED or have no state through the
+drop-in and keys still PENDING or IN_FLIGHT (which vLLM 0.33 and the drop-in
+leave to their own result) to the kvprobe manager underneath;
+``drain_results`` (None in vLLM) and ``shutdown`` (vLLM 0.33's waits for the
+submitted groups and applies them, then keeps answering) go to that manager.
+test_vllm_contract.py tests those three on the drop-in itself.
 """
 
 from __future__ import annotations
@@ -57,16 +66,22 @@ class ThroughDropIn(AsyncLookupManager):
         self.tier.flush()
 
     def drain_results(self) -> int:
-        return self.tier.drain_results()
+        # The machine counts the groups applied; vLLM's drain_results returns None.
+        return self.inner.drain_results()
 
     def cleanup(self, req_id: str) -> None:
         self.tier.cleanup(req_id)
 
     def mark_miss(self, keys: Iterable[bytes]) -> None:
-        self.tier.mark_miss(keys)  # type: ignore[arg-type]  # the machine passes lists
+        keys = list(keys)
+        states = self.inner.core.states
+        unresolved = [k for k in keys if (s := states.get(k)) is not None and s.phase is not LookupPhase.RESOLVED]
+        self.tier.mark_miss([k for k in keys if k not in unresolved])
+        if unresolved:
+            self.inner.mark_miss(unresolved)
 
     def shutdown(self) -> None:
-        self.tier.shutdown()
+        self.inner.shutdown()
 
     def __len__(self) -> int:
         return len(self.tier)

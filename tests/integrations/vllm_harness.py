@@ -44,8 +44,9 @@ def chain_retry_then_miss(m: AsyncLookupManager | KvprobeManager, keys: list[byt
 class ScriptedTier:
     """A mixin for a tier on any base: contents a set, every batch_lookup recorded as (keys, req_id).
 
-    ``gate`` (an Event) holds each call until it is set; ``answer`` (keys ->
-    result) replaces the set's answer.  Put it before the base class:
+    ``gate`` (an Event) holds each call until it is set (only the calls for
+    one of ``gated_keys``, when that is not None); ``answer`` (keys -> result)
+    replaces the set's answer.  Put it before the base class:
     ``class T(ScriptedTier, Base)``.
     """
 
@@ -54,11 +55,12 @@ class ScriptedTier:
         self.stored = set(stored)
         self.calls: list[tuple[list[bytes], str]] = []
         self.gate: threading.Event | None = None
+        self.gated_keys: set[bytes] | None = None
         self.answer: Callable[[list[bytes]], Any] | None = None
 
     def batch_lookup(self, keys: list[bytes], req_context: Any) -> Any:
         self.calls.append((list(keys), req_context.req_id))
-        if self.gate is not None:
+        if self.gate is not None and (self.gated_keys is None or self.gated_keys.intersection(keys)):
             self.gate.wait(10)
         if self.answer is not None:
             return self.answer(keys)

@@ -1,18 +1,23 @@
-"""A stand-in with the semantics of vLLM's own base class, to measure the drop-in tests' power.
+"""A stand-in with the semantics of vLLM 0.33.0's base class, to measure the drop-in tests' power.
 
-Written here from what vLLM's tiered-offloading ``AsyncLookupManager`` does
-(vLLM main, the version with generations and ``mark_miss``); vLLM is not
-imported.  The behaviours that matter are kept as they are there:
+Written here from what vLLM 0.33.0's tiered-offloading ``AsyncLookupManager``
+does; vLLM is not imported, so the suite measures its power without vLLM
+installed (``test_vllm_differences.py`` runs the same scenarios on vLLM's own
+class when the release is installed).  The behaviours that matter are kept
+as they are there:
 
-* one background thread; a step's groups are published together when the
-  whole step's batch is done;
-* only the ``batch_lookup`` call is guarded: an error while its result is
-  iterated ends the thread; results are paired with keys by ``zip``, so a
-  short result leaves keys without a verdict and extra results are ignored;
+* one background thread; a step's groups are called one after another and
+  published together when the whole step's batch is done;
+* the ``batch_lookup`` call and the reading of its result are guarded (all
+  MISS on an error); results are paired with keys by ``zip``, so a short
+  result leaves keys without a verdict and extra results are ignored; a
+  verdict is stored as returned;
+* a step's probes are submitted under the context of the request that
+  created each, even if it was cleaned up since;
 * results are applied at the first lookup after a flush and at flush;
-* applying a result to a state that is no longer IN_FLIGHT (``mark_miss``
-  resolved it) trips an assertion on the scheduler thread;
-* ``shutdown`` joins the thread; later calls are accepted.
+* ``mark_miss`` changes only RESOLVED states;
+* ``shutdown`` joins the thread after the batches queued before it and
+  applies their results; later calls are accepted, on the same table.
 """
 
 from __future__ import annotations
@@ -103,9 +108,8 @@ class VllmLikeBase(abc.ABC):
     def mark_miss(self, keys: Iterable[bytes]) -> None:
         for key in keys:
             state = self._states.get(key)
-            if state is not None:
+            if state is not None and state.phase is Phase.RESOLVED:
                 state.result = False
-                state.phase = Phase.RESOLVED
 
     def cleanup(self, req_id: str) -> None:
         for key in self._by_request.pop(req_id, ()):
@@ -131,7 +135,7 @@ class VllmLikeBase(abc.ABC):
             for ctx, members in groups.values():
                 keys = [key for key, _ in members]
                 try:
-                    found: Iterable[Any] = self.batch_lookup(keys, ctx)
+                    found: Iterable[Any] = list(self.batch_lookup(keys, ctx))
                 except Exception:
                     found = [False] * len(keys)
                 for (key, generation), hit in zip(members, found):  # noqa: B905  (as vLLM pairs them)

@@ -215,14 +215,14 @@ def test_verdict_provenance_catches_a_failed_group_resolving_hit() -> None:
     assert model.VerdictProvenance(s)
     probe = s.probes[b"k0"]
     lying = replace(s, probes={**s.probes, b"k0": replace(probe, verdict=True)})
-    assert model.broken_invariants(lying) == ["VerdictProvenance"]
+    assert model.broken_invariants(lying) == ["VerdictProvenance", "VerdictFromBackend"]
 
 
 def test_verdict_provenance_catches_a_verdict_taken_from_another_key() -> None:
     s = _resolved_by("answer")
     assert (s.probes[b"k0"].verdict, s.probes[b"k1"].verdict) == (True, False)
     swapped = replace(s, probes={**s.probes, b"k1": replace(s.probes[b"k1"], verdict=True)})
-    assert model.broken_invariants(swapped) == ["VerdictProvenance"]
+    assert model.broken_invariants(swapped) == ["VerdictProvenance", "VerdictFromBackend"]
 
 
 def test_a_dead_workers_probes_resolve_as_miss_with_provenance() -> None:

@@ -106,3 +106,11 @@ def full_default_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     cfg_text = safety_only((tla_dir() / "default.cfg").read_text())
     assert "SYMMETRY Symmetry" in cfg_text, "default.cfg no longer checks under symmetry"
     return explored_graph(tmp_path_factory.mktemp("full-graph"), cfg_text)
+
+
+@pytest.fixture(scope="session")
+def vllm_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of tla/vllm.cfg (MarkMiss forces RESOLVED keys only) with one key, no symmetry."""
+    text = (tla_dir() / "vllm.cfg").read_text()
+    assert 'MarkMissFlavour = "vllm"' in text, "vllm.cfg no longer selects the drop-in's MarkMiss"
+    return explored_graph(tmp_path_factory.mktemp("vllm-graph"), graph_config(text))

@@ -10,7 +10,7 @@ reverse index, the step's batch, the generation counter, the open groups,
 the worker's state, its queue, running and stuck calls, the published
 outcomes, the lookup's output and the history both models keep (forced,
 told, submissions, the phase at submission, applied outcomes, stale
-effects, moot generations).  The TLA+ side of the comparison is read from
+effects, moot generations, the backend's in-time "stored" answers).  The TLA+ side of the comparison is read from
 the dump directly, never through :func:`to_model`, so a mapping slip shows
 up as a difference.
 
@@ -218,6 +218,7 @@ def to_model(state: TlaState) -> model.State:
         forced=frozenset((_key(k), gen[k]) for k, f in forced.items() if f),
         moot=frozenset((owner.get(g, NO_KEY), g) for g in state["moot"]),  # type: ignore[attr-defined]
         told={(_key(k), g): v == "hit" for (k, g), v in told.items() if v != "none"},
+        backend_hits=frozenset((_key(k), g) for k, g in state["backendHit"]),  # type: ignore[attr-defined]
     )
 
 
@@ -278,6 +279,7 @@ _TLA_VIEW: dict[str, Callable[[Any], object]] = {
     "applied": _by_identity(_counts),
     "stale": bool,
     "moot": lambda m: m,
+    "backendHit": _by_identity(lambda hits: frozenset((_key(k), g) for k, g in hits)),
 }
 
 
@@ -341,6 +343,7 @@ def view_of_model(s: model.State, keys: Iterable[bytes]) -> View:
         "applied": per_gen(s.applied),
         "stale": s.stale_applied > 0,
         "moot": frozenset(g for _, g in s.moot),
+        "backendHit": s.backend_hits,
         "keys": keys,
     }
 
@@ -380,8 +383,13 @@ def _mark_miss_keys(source: TlaState, dest: TlaState) -> list[bytes]:
     return [_key(k) for k in (changed or [k for k in live if source["forced"][k]])]  # type: ignore[index]
 
 
-def replay_edge(action: str, s: model.State, source: TlaState, dest: TlaState) -> model.State:
+def replay_edge(
+    action: str, s: model.State, source: TlaState, dest: TlaState, *, flavour: str = "native"
+) -> model.State:
     """Apply to ``s`` (``to_model(source)``) the reference-model action the edge names.
+
+    ``flavour`` is the config's ``MarkMissFlavour`` ("vllm": MarkMiss forces
+    RESOLVED keys only, ``model.mark_miss(..., skip_unresolved=True)``).
 
     Raises:
         model.ModelError: the reference model has no such step.
@@ -402,7 +410,7 @@ def replay_edge(action: str, s: model.State, source: TlaState, dest: TlaState) -
         (req,) = [r for r in before if before[r] and not after[r]]
         return model.cleanup(s, str(req))
     if action == "MarkMiss":
-        return model.mark_miss(s, _mark_miss_keys(source, dest))
+        return model.mark_miss(s, _mark_miss_keys(source, dest), skip_unresolved=flavour == "vllm")
     if action in ("CompleteGroup", "LateAnswer", "FailGroup", "TimeOut", "Saturate"):
         gid, verdicts = _answer_of(s, _new_outcome(dest))
         if action == "CompleteGroup":

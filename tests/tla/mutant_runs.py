@@ -1,4 +1,4 @@
-"""TLC runs of tla/default.cfg with a mutant, shared by every test of a session that needs one.
+"""TLC runs of a mutant on its config (tla/default.cfg for most), shared by every test of a session that needs one.
 
 A module of its own (not conftest.py): ``from conftest import`` finds
 whichever conftest pytest imported last, which depends on the order of the
@@ -6,7 +6,7 @@ command line's paths.
 
 TLC is deterministic for the same model, config and arguments (breadth
 first, one worker), so a run is made once per session and its result shared:
-:func:`default_mutant_run` for the tests that read a result, and
+:func:`mutant_run` for the tests that read a result, and
 :func:`shared_tlc_runs` for the tests that go through ``kvprobe check``
 (which then gets the very result TLC gave for the config it wrote, or runs
 TLC if no test asked for that config before).
@@ -14,7 +14,6 @@ TLC if no test asked for that config before).
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,24 +21,45 @@ from pathlib import Path
 import pytest
 
 from kvprobe import check_report
+from kvprobe.check import reach_config
 from kvprobe.tlc import TlcResult, run_tlc, tla_dir
-from kvprobe.tlc_mutants import mutant_config, root_module
+from kvprobe.tlc_mutants import find_mutant, mutant_config, root_module
 
 _FOLDER = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
 
 
-@functools.cache
+#: The runs made so far, by (root module, every module's text, config text, workers, arguments).
+_RUNS: dict[tuple[object, ...], TlcResult] = {}
+
+
 def _cached_run(spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...]) -> TlcResult:
-    """One TLC run per (model, config text, workers, arguments) per session."""
-    cfg = _FOLDER / f"run-{abs(hash((spec, cfg_text, workers, extra_args)))}.cfg"
-    cfg.write_text(cfg_text)
-    return run_tlc(spec, cfg, workers=workers, extra_args=extra_args)
+    """One TLC run per (model, config text, workers, arguments) per session.
+
+    The model is its modules' text, not their folder: a test's copy of tla/
+    (``KVPROBE_TLA_DIR``) shares the runs of tla/ itself while it holds the
+    same modules.
+    """
+    modules = tuple(sorted((p.name, p.read_text()) for p in spec.parent.glob("*.tla")))
+    key = (spec.name, modules, cfg_text, workers, extra_args)
+    if key not in _RUNS:
+        cfg = _FOLDER / f"run-{abs(hash(key))}.cfg"
+        cfg.write_text(cfg_text)
+        _RUNS[key] = run_tlc(spec, cfg, workers=workers, extra_args=extra_args)
+    return _RUNS[key]
 
 
-def default_mutant_run(mutant: str) -> TlcResult:
-    """TLC on tla/default.cfg with ``mutant``'s overrides (one run per mutant per session, shared by tests)."""
-    cfg_text = mutant_config((tla_dir() / "default.cfg").read_text(), mutant)
-    return _cached_run(tla_dir() / root_module(mutant), cfg_text, 1, ())
+def mutant_run(mutant: str, clause: str) -> TlcResult:
+    """TLC on the config ``mutant`` is caught on (tla/default.cfg for most) with its overrides.
+
+    One run per mutant per session, shared by tests.  ``clause`` is the
+    property meant to catch it; for a mutant of tla/reach.cfg only that
+    reachability property is checked (:func:`kvprobe.check.reach_config`).
+    """
+    config = find_mutant(mutant).config
+    text = (tla_dir() / f"{config}.cfg").read_text()
+    if config == "reach":
+        text = reach_config(text, clause)
+    return _cached_run(tla_dir() / root_module(mutant), mutant_config(text, mutant), 1, ())
 
 
 def _shared_run_tlc(

@@ -17,8 +17,11 @@ invariant of the name TLC reported.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 from model_replay import (
@@ -31,11 +34,12 @@ from model_replay import (
     view_of_model,
     view_of_tla,
 )
-from mutant_runs import default_mutant_run
+from mutant_runs import mutant_run
 
+from kvprobe.check import reach_config
 from kvprobe.spec import actions as spec_actions
 from kvprobe.spec import model
-from kvprobe.tlc import parse_value
+from kvprobe.tlc import parse_value, run_tlc, tla_dir
 
 Graph = tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]
 
@@ -67,18 +71,26 @@ def _model_checks(sid: str, state_view: View, state_model: model.State) -> list[
 
 
 def _step_differences(
-    action: str, source_model: model.State, source: Mapping[str, object], dest: Mapping[str, object], want: View
+    action: str,
+    source_model: model.State,
+    source: Mapping[str, object],
+    dest: Mapping[str, object],
+    want: View,
+    flavour: str = "native",
 ) -> list[str]:
     """How the reference step the edge names misses ``dest`` (empty: it reaches it)."""
     try:
-        after = replay_edge(action, source_model, source, dest)
+        after = replay_edge(action, source_model, source, dest, flavour=flavour)
     except model.ModelError as error:
         return [f"the reference model refused: {error}"]
     return differences(want, view_of_model(after, want["keys"]))  # type: ignore[arg-type]
 
 
-def replay(graph: Graph, *, stop_at_first: bool = False) -> tuple[Counter[str], list[str]]:
-    """Replay ``graph`` (no symmetry): (edges replayed per action, one line per divergence)."""
+def replay(graph: Graph, *, stop_at_first: bool = False, flavour: str = "native") -> tuple[Counter[str], list[str]]:
+    """Replay ``graph`` (no symmetry): (edges replayed per action, one line per divergence).
+
+    ``flavour`` is the MarkMissFlavour of the config TLC explored.
+    """
     states, edges = graph
     views, models = _prepared(graph)
     failures: list[str] = []
@@ -88,7 +100,7 @@ def replay(graph: Graph, *, stop_at_first: bool = False) -> tuple[Counter[str], 
         return Counter(), failures
     replayed: Counter[str] = Counter()
     for source, action, dest in edges:
-        lines = _step_differences(action, models[source], states[source], states[dest], views[dest])
+        lines = _step_differences(action, models[source], states[source], states[dest], views[dest], flavour)
         failures += [f"edge {source} -[{action}]-> {dest}: {line}" for line in lines]
         replayed[action] += 1
         if failures and stop_at_first:
@@ -302,6 +314,8 @@ VIOLATED_BY = {
     "ReverseIndexConsistent": "cleanup-keeps-reverse-index",
     "NothingLeaks": "death-forgets-open",
     "AfterShutdownEmpty": "lookup-after-shutdown",
+    "LookupReturnsVerdict": "lookup-answers-pending-miss",
+    "VerdictFromBackend": "saturate-answers-stored",
 }
 
 
@@ -312,7 +326,7 @@ def _states(values: Sequence[Mapping[str, str]]) -> list[dict[str, object]]:
 @pytest.mark.tlc
 @pytest.mark.parametrize("invariant", sorted(VIOLATED_BY))
 def test_the_reference_invariant_breaks_where_tlc_reports_its_namesake(invariant: str) -> None:
-    result = default_mutant_run(VIOLATED_BY[invariant])
+    result = mutant_run(VIOLATED_BY[invariant], invariant)
     assert (result.outcome, result.property) == ("invariant", invariant), result.errors
     *before, last = _states([step.values for step in result.trace])
     for state in before:
@@ -321,8 +335,6 @@ def test_the_reference_invariant_breaks_where_tlc_reports_its_namesake(invariant
 
 
 def test_invariant_names_are_those_of_the_tla_model() -> None:
-    from kvprobe.tlc import tla_dir
-
     text = (tla_dir() / "KVProbe.tla").read_text()
     for name in model.INVARIANTS:
         assert f"\n{name} ==" in text, name
@@ -345,3 +357,74 @@ def test_the_symmetry_group_renames_keys_and_requests_inside_every_value() -> No
     assert both["requests"] == parse_value("(r2 :> {k2} @@ r1 :> {})")
     assert both["told"] == parse_value('(<<k2, 1>> :> "hit" @@ <<k1, 1>> :> "none")')
     assert both["out"] == parse_value('[key |-> k2, req |-> r2, ans |-> "none"]'), "field names are kept"
+
+
+# --- the vLLM drop-in's MarkMiss (tla/vllm.cfg) -----------------------------------------------
+
+
+@pytest.mark.tlc
+def test_every_edge_of_the_vllm_flavour_graph_is_a_step_of_the_reference_model(vllm_graph: Graph) -> None:
+    # MarkMiss forces RESOLVED keys only: model.mark_miss(..., skip_unresolved=True) takes the same steps.
+    replayed, failures = replay(vllm_graph, flavour="vllm")
+    assert not failures, f"{len(failures)} divergences; first: " + "\n".join(failures[:5])
+    states, edges = vllm_graph
+    assert sum(replayed.values()) == len(edges) and replayed["MarkMiss"] > 0
+    # The flavour is exercised: a MarkMiss leaves a PENDING and an IN_FLIGHT probe as they were.
+    left = {
+        states[s]["phase"][k]  # type: ignore[index]
+        for s, a, d in edges
+        if a == "MarkMiss"
+        for k in states[s]["phase"]  # type: ignore[attr-defined]
+        if states[s]["phase"][k] == states[d]["phase"][k] != "RESOLVED"  # type: ignore[index]
+    }
+    assert left == {"PENDING", "IN_FLIGHT"}, left
+    # (A step does not show which keys it was given: the replay passes the keys it changed,
+    # so the native flavour would replay these edges too; the test below tells them apart.)
+
+
+@pytest.mark.parametrize("skip_unresolved", [False, True])
+def test_mark_miss_on_an_in_flight_probe_in_each_flavour(skip_unresolved: bool) -> None:
+    # Native: the forced MISS sticks and the probe's own answer is dropped.  vLLM 0.33's
+    # (the drop-in's): the IN_FLIGHT probe is skipped and its own verdict lands; a
+    # RESOLVED key named then is forced in both flavours, and answers MISS until reclaimed.
+    s, _ = model.lookup(model.initial(), b"k", "r")
+    s, (group,) = model.flush(s)
+    s, _ = model.take_batch(s)
+    s = model.mark_miss(s, [b"k"], skip_unresolved=skip_unresolved)
+    s = model.complete_group(s, group.group_id, [True])
+    s, verdict = model.lookup(s, b"k", "r")
+    assert verdict is skip_unresolved
+    assert model.broken_invariants(s) == []
+    s = model.mark_miss(s, [b"k"], skip_unresolved=skip_unresolved)
+    s, verdict = model.lookup(s, b"k", "r")
+    assert verdict is False and model.broken_invariants(s) == []
+
+
+# --- issue 29: an outcome does not wait for the rest of its batch ------------------------------
+
+
+@pytest.mark.tlc
+def test_the_reference_model_applies_an_outcome_beside_a_running_group_of_its_batch(tmp_path: Path) -> None:
+    # reach.cfg's witness of NeverAppliedBesideRunning (without its symmetry, so every state is
+    # one TLC reached): a group's outcome is applied while a group of the same batch still runs.
+    text = reach_config((tla_dir() / "reach.cfg").read_text(), "NeverAppliedBesideRunning")
+    cfg = tmp_path / "witness.cfg"
+    cfg.write_text("\n".join(line for line in text.splitlines() if not line.startswith("SYMMETRY")) + "\n")
+    result = run_tlc(tla_dir() / "MC.tla", cfg)
+    assert (result.outcome, result.property) == ("invariant", "NeverAppliedBesideRunning"), result.errors
+    states: list[dict[str, Any]] = _states([step.values for step in result.trace])
+    actions = [step.action.split()[0] for step in result.trace]
+    assert actions[-1] == "Drain"
+    applied = states[-2]["resq"][0]["grp"]
+    running = [g for g in states[-2]["taken"] if g != applied]
+    batches = [set(d["taken"]) - set(s["taken"]) for s, d in itertools.pairwise(states)]
+    assert any(applied in b and any(g in b for g in running) for b in batches), "not taken in one batch"
+    # The reference model takes every step of the witness, to the same states.
+    keys: frozenset[bytes] = view_of_tla(states[0])["keys"]  # type: ignore[assignment]
+    for i, (source, dest) in enumerate(itertools.pairwise(states), start=1):
+        after = replay_edge(actions[i], to_model(source), source, dest)
+        assert differences(view_of_tla(dest), view_of_model(after, keys)) == [], actions[i]
+    # ... and a lookup then sees the verdict while the other group's call still runs.
+    key = next(iter(applied["probes"]))[0]
+    after, verdict = model.lookup(to_model(states[-1]), str(key).encode(), str(applied["req"]))
+    assert verdict is not None and after.taken, (verdict, after.taken)

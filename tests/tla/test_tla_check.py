@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from mutant_runs import default_mutant_run, shared_tlc_runs  # noqa: F401 (a fixture)
+from mutant_runs import mutant_run, shared_tlc_runs  # noqa: F401 (a fixture)
 
 import kvprobe.tlc_java
 from kvprobe import check
@@ -23,7 +23,7 @@ from kvprobe.check import (
 )
 from kvprobe.spec.actions import ACTIONS
 from kvprobe.tlc import config_directives, parse_value, run_tlc, tla_dir
-from kvprobe.tlc_mutants import MUTANT_NAMES, mutant_config, root_module
+from kvprobe.tlc_mutants import MUTANT_NAMES, find_mutant, mutant_config, root_module
 
 #: The named mutants (the field's defects), in kvprobe.tlc_mutants' order.
 MUTANTS = MUTANT_NAMES["named"]
@@ -59,6 +59,13 @@ SPEC_CAUGHT_BY = {
     "lookup-after-shutdown": "AfterShutdownEmpty",
     "cleanup-keeps-reverse-index": "ReverseIndexConsistent",
     "saturate-publishes-nothing": "NothingLeaks",
+    # Outputs and verdicts pinned to what happened elsewhere (issues 26, 29, 25).
+    "lookup-answers-pending-miss": "LookupReturnsVerdict",
+    "saturate-answers-stored": "VerdictFromBackend",
+    "stale-answer-applied": "StaleGenerationDropped",
+    "mark-miss-skips-unresolved": "ForcedMissSticks",
+    "mark-miss-forces-unresolved": "VerdictProvenance",  # on tla/vllm.cfg
+    "worker-holds-until-idle": "NeverAppliedBesideRunning",  # on tla/reach.cfg: the witness is gone
 }
 
 
@@ -229,8 +236,12 @@ ENQUEUE_ONCE_CLAUSE = {
 @pytest.mark.tlc
 @pytest.mark.parametrize("mutant", [*sorted(SPEC_CAUGHT_BY), "flush-submits-cleaned"])
 def test_every_spec_mutant_is_caught_by_its_clause(mutant: str) -> None:
-    result = default_mutant_run(mutant)
     expected = SPEC_CAUGHT_BY.get(mutant) or CAUGHT_BY[mutant]
+    result = mutant_run(mutant, expected)
+    if find_mutant(mutant).config == "reach":
+        # The mutant only removes behaviours: the witness TLC finds on the model is gone.
+        assert (result.outcome, result.property) == ("ok", None), (result.outcome, result.property, result.errors)
+        return
     assert (result.outcome, result.property) == ("invariant", expected), result.errors
     assert result.trace[0].action == "Init" and len(result.trace) >= 3
     if mutant in ENQUEUE_ONCE_CLAUSE:
@@ -285,7 +296,7 @@ def test_reachability_witnesses_exist(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     reached = re.findall(r"^reached: (\w+) is violated", out, re.MULTILINE)
     assert reached == check._properties((tla_dir() / "reach.cfg").read_text())
-    assert len(reached) == 13
+    assert len(reached) == 14
 
 
 def test_deep_config_is_a_bounded_simulation() -> None:

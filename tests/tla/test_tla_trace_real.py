@@ -374,6 +374,38 @@ def test_outcomes_behind_a_death_marker_are_drained_after_it(tmp_path: Path) -> 
     assert status == EXIT_OK, output
 
 
+def test_a_group_answered_beside_a_running_group_of_its_batch_is_applied_at_the_next_drain(tmp_path: Path) -> None:
+    # Issue 29: the fast group's verdict is visible while the slow group of the same batch
+    # still runs (its call waits on a gate the test releases); the trace of that run is a
+    # behaviour of the model (reach.cfg's NeverAppliedBesideRunning witness is its shape).
+    backend = GatedBackend()
+    events: Events = []
+    m = AsyncLookupManager(backend, trace=events.append, max_concurrent_groups=2)
+    slow = ReqContext("slow")
+    try:
+        m.lookup(KEYS[0], slow)
+        m.lookup(KEYS[2], R0)
+        m.flush()
+        settle(m, [KEYS[2]])
+        assert m.lookup(KEYS[2], R0) is True
+        assert m.phase(KEYS[0]) is LookupPhase.IN_FLIGHT, "the slow group's call is still running"
+        backend.gate.set()
+        settle(m, [KEYS[0]])
+        assert m.lookup(KEYS[0], slow) is True
+        m.cleanup("slow")
+        m.cleanup("r0")
+    finally:
+        backend.gate.set()
+        m.shutdown()
+    (flush,) = [e for e in events if e["action"] == "Flush" and e["groups"]]
+    groups = {str(g["req"]): g["group"] for g in flush["groups"]}  # type: ignore[attr-defined]
+    assert set(groups) == {"slow", "r0"}, "both groups in one batch"
+    order = [(e["action"], e.get("group")) for e in events]
+    assert order.index(("Drain", groups["r0"])) < order.index(("CompleteGroup", groups["slow"]))
+    status, output = check_trace(events, tmp_path / "beside.ndjson")
+    assert status == EXIT_OK, output
+
+
 def test_validated_traces_cover_every_action(validated: dict[str, tuple[int, str, Events] | str]) -> None:
     covered: dict[str, int] = {}
     for result in validated.values():

@@ -1,4 +1,4 @@
-"""The drop-in base class: vLLM's ``AsyncLookupManager`` shape, kvprobe's contract.
+"""The drop-in base class: vLLM 0.33's ``AsyncLookupManager`` contract, on kvprobe's core.
 
 Two classes are called ``AsyncLookupManager``.  kvprobe's own, native one
 (``kvprobe.AsyncLookupManager``, defined in ``kvprobe.statemachine``) takes
@@ -13,30 +13,38 @@ vLLM's base class (``vllm/v1/kv_offload/tiering/async_lookup.py``) keeps the
 probe table itself and runs one background thread; a tier subclasses it and
 implements ``batch_lookup``.  This class has the same constructor argument
 (``tier_type``), the same abstract ``batch_lookup(keys, req_context)`` and
-the same scheduler-thread methods, and delegates all of them to a
+the same methods, and delegates them to a
 :class:`kvprobe.statemachine.AsyncLookupManager` whose backend is the
-subclass's own ``batch_lookup``.  Where vLLM's base would crash the
-scheduler, stall lookups for ever or leak states, kvprobe's contract holds
-instead (``docs/vllm.md`` lists each case).
+subclass's own ``batch_lookup``.  It follows vLLM 0.33's contract where
+kvprobe's own manager is stricter: calls serialized by the caller's lock may
+come from more than one thread, ``mark_miss`` leaves an unresolved probe
+alone, one ``batch_lookup`` runs at a time, and lookups still answer after
+``shutdown``.  ``docs/vllm.md`` lists every remaining difference.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Collection, Iterable, Sequence
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from kvprobe.integrations.vllm.after_shutdown import AfterShutdownTable
+from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, PublishedResults, key_list, state_snapshot
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager
 from kvprobe.statemachine.manager import WorkerChoice
 from kvprobe.statemachine.trace import TraceSink
-from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, Stats
-from kvprobe.statemachine.workers import DEFAULT_CONCURRENT_GROUPS, DEFAULT_HOLD_S
+from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, ManagerClosedError, Stats
+from kvprobe.statemachine.workers import DEFAULT_HOLD_S, ThreadedWorker
 
-__all__ = ["AsyncLookupManager"]
+__all__ = ["AsyncLookupManager", "LookupPhase", "LookupState"]
 
 logger = logging.getLogger(__name__)
+
+#: How often ``shutdown`` looks whether the worker answered the groups it holds.
+_SHUTDOWN_POLL_S = 0.001
 
 
 class _SubclassBackend:
@@ -63,8 +71,23 @@ class _SubclassBackend:
         return result
 
 
+class _LockSerializedManager(KvprobeManager):
+    """kvprobe's manager under vLLM 0.33's threading rule.
+
+    vLLM 0.33 serializes a tier's calls with the offloading manager's lock,
+    and reaches a tier from the tiering manager's tier-poll thread as well as
+    from the scheduler's: calls come one at a time, from more than one
+    thread.  This manager drops kvprobe's owner-thread check (the
+    ``WrongThreadError`` of a second thread) and keeps everything else.
+    """
+
+    def _guard(self) -> None:
+        if self.closed:
+            raise ManagerClosedError(f"lookup manager {self.name!r} was shut down")
+
+
 class AsyncLookupManager(abc.ABC):
-    """The vLLM drop-in: vLLM's base class shape, running on a native kvprobe manager.
+    """The vLLM drop-in: vLLM 0.33's base class contract, running on a native kvprobe manager.
 
     Not kvprobe's native ``AsyncLookupManager`` (``kvprobe.AsyncLookupManager``,
     which takes a backend object): this one keeps vLLM's name, constructor
@@ -74,8 +97,10 @@ class AsyncLookupManager(abc.ABC):
     Subclass it and implement :meth:`batch_lookup`, exactly as with vLLM's
     class; the owning tier delegates ``lookup`` to :meth:`lookup`,
     ``on_schedule_end`` to :meth:`flush` and ``on_request_finished`` to
-    :meth:`cleanup`, and reports failed loads with :meth:`mark_miss`.  All
-    scheduler-thread methods must be called from one thread.
+    :meth:`cleanup`, and reports failed loads with :meth:`mark_miss`.  As in
+    vLLM 0.33, the calls must come one at a time (vLLM's offloading manager
+    lock serializes them) and may come from more than one thread (the
+    scheduler's, the tiering manager's tier-poll thread).
 
     Args:
         tier_type: the tier's name (names the worker thread, the metrics
@@ -86,18 +111,24 @@ class AsyncLookupManager(abc.ABC):
             how many calls may run on past it, each on its own thread, before
             further groups fail at once as MISS.
         max_concurrent_groups: kvprobe extra.  How many request groups'
-            ``batch_lookup`` calls the worker runs at once, so one slow group
-            holds back no other (vLLM runs them one after another: 1).
-        busy_call_hold_s: kvprobe extra.  The longest that running calls
-            which keep a CPU busy (rather than wait) hold back a further
-            group; 0 starts one whenever a slot is free.
-        shutdown_timeout_s: kvprobe extra.  How long :meth:`shutdown` waits for
-            a running call (vLLM waits for ever).
+            ``batch_lookup`` calls the worker runs at once: 1 (vLLM 0.33's
+            behaviour) calls them one after another; more lets one slow
+            group hold back no other, with the tier's ``batch_lookup`` then
+            called from several threads at once.
+        busy_call_hold_s: kvprobe extra, with ``max_concurrent_groups`` above
+            1.  The longest that running calls which keep a CPU busy (rather
+            than wait) hold back a further group; 0 starts one whenever a
+            slot is free.
+        shutdown_timeout_s: kvprobe extra.  How long :meth:`shutdown` waits
+            for the calls already submitted (vLLM waits for ever).
         worker: kvprobe extra: ``"thread"`` (default: a dispatcher thread
             and a caller thread per running call, where vLLM has one
             background thread), ``"manual"`` for tests, or a kvprobe ``Worker``.
-        checked: kvprobe extra: check the one-thread rule and every invariant
-            after each call (slow; tests and debugging).
+        single_thread: kvprobe extra: kvprobe's stricter rule, every call
+            from the one thread that first called (another thread gets
+            ``WrongThreadError``).  Off by default: vLLM 0.33 calls from two.
+        checked: kvprobe extra: check every invariant after each call (and,
+            with ``single_thread``, the thread of ``lookup`` too; slow).
         trace: kvprobe extra: a trace sink (see ``kvprobe.statemachine.trace``).
         core_class: kvprobe extra: the core to run (e.g. the metered core of
             ``kvprobe.metrics``); None: kvprobe's ``LookupCore``.
@@ -115,10 +146,11 @@ class AsyncLookupManager(abc.ABC):
         *,
         lookup_timeout_s: float | None = None,
         max_stuck_calls: int = 4,
-        max_concurrent_groups: int = DEFAULT_CONCURRENT_GROUPS,
+        max_concurrent_groups: int = 1,
         busy_call_hold_s: float = DEFAULT_HOLD_S,
         shutdown_timeout_s: float = 5.0,
         worker: WorkerChoice = "thread",
+        single_thread: bool = False,
         checked: bool = False,
         trace: TraceSink | None = None,
         core_class: type[LookupCore] | None = None,
@@ -126,9 +158,9 @@ class AsyncLookupManager(abc.ABC):
         if not isinstance(tier_type, str):
             raise InvalidInputError(f"tier_type must be a string, got {type(tier_type).__name__}")
         self._tier_type = tier_type
-        manager_class: type[KvprobeManager] = KvprobeManager
+        manager_class: type[KvprobeManager] = KvprobeManager if single_thread else _LockSerializedManager
         if core_class is not None:
-            manager_class = type(f"{core_class.__name__}Manager", (KvprobeManager,), {"core_class": core_class})
+            manager_class = type(f"{core_class.__name__}Manager", (manager_class,), {"core_class": core_class})
         self._manager = manager_class(
             _SubclassBackend(self),
             name=tier_type,
@@ -141,74 +173,85 @@ class AsyncLookupManager(abc.ABC):
             trace=trace,
             shutdown_timeout_s=shutdown_timeout_s,
         )
-        self._bind_fast_lookup()
+        self._shutdown_timeout_s = float(shutdown_timeout_s)
+        self._after_shutdown: AfterShutdownTable | None = None
+        #: Test compatibility (read-only view): ``empty()`` as on vLLM's queue of results.
+        self._pending_results = PublishedResults(self._manager.core)
+        self._bind_fast_lookup(self._manager.lookup)
 
-    def _bind_fast_lookup(self) -> None:
+    def _bind_fast_lookup(self, lookup: Any) -> None:
         # The scheduler calls lookup() per block: bind the manager's own
         # lookup (the core's method when nothing is checked or traced) so
         # this class adds no call layer.  Not when a subclass overrides
         # lookup: the instance attribute would hide its override.
         if type(self).lookup is AsyncLookupManager.lookup:
-            self.lookup = self._manager.lookup  # type: ignore[method-assign]
+            self.lookup = lookup  # type: ignore[method-assign]
 
     @abc.abstractmethod
     def batch_lookup(self, keys: list[Key], req_context: Any) -> Iterable[bool]:
         """Whether each of ``keys`` is stored in this tier: one bool per key, in order.
 
-        Called on the worker thread (never the scheduler's); ``req_context`` is
+        Called on a worker thread (never the scheduler's); ``req_context`` is
         the context of the request the group belongs to.  It may raise, return
         too few or too many results, or be slow: kvprobe turns each of those
         into MISS for the group's keys (counted in :attr:`stats`) and keeps
         serving.
         """
 
-    # --- scheduler-thread API (vLLM's names and meanings) ---------------------------
+    # --- vLLM's methods (names and meanings of vLLM 0.33) -----------------------------
 
     def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
         """Non-blocking: True (stored), False (not stored), None (not known yet; retry next step).
 
         The first lookup of a key queues it for this step's batch; results
-        the worker has published are applied first.
+        the worker has published are applied first.  After :meth:`shutdown`
+        it answers the verdict known then, or None.
 
         Raises:
             InvalidInputError: ``key`` is not bytes or ``req_context.req_id``
                 is not a string (nothing changed).
-            ManagerClosedError: after :meth:`shutdown`.
         """
+        if self._after_shutdown is not None:
+            return self._after_shutdown.lookup(key, req_context)
         return self._manager.lookup(key, req_context)
 
     def flush(self) -> None:
         """End of step: apply published results, then hand this step's new keys to the worker.
 
-        Never blocks and never raises because of the backend.
-
-        Raises:
-            ManagerClosedError: after :meth:`shutdown`.
+        Never blocks and never raises because of the backend.  After
+        :meth:`shutdown` it does nothing.
         """
-        self._manager.flush()
+        if self._after_shutdown is None:
+            self._manager.flush()
 
-    def drain_results(self) -> int:
-        """Apply the results the worker has published; return how many request groups.
+    def drain_results(self) -> None:
+        """Apply the results the worker has published (``lookup`` and ``flush`` do it too).
 
-        (vLLM's returns None; a caller that ignores the value sees no difference.)
-
-        Raises:
-            ManagerClosedError: after :meth:`shutdown`.
+        After :meth:`shutdown` it does nothing.
         """
-        return self._manager.drain_results()
+        if self._after_shutdown is None:
+            self._manager.drain_results()
 
     def mark_miss(self, keys: Collection[Key]) -> None:
-        """A load of these keys from the tier failed: answer False for them from now on.
+        """A load of these keys from the tier failed: keys with a verdict answer False from now on.
 
-        Keys with no state are skipped.  The MISS sticks until the state is
-        reclaimed, whatever result of an earlier probe arrives later.
+        As in vLLM 0.33, keys with no state are skipped, and so are keys
+        whose state is a probe still PENDING or IN_FLIGHT: that probe was
+        started after the verdict the failed load relied on, and its own
+        result will land.  A forced False sticks until the state is
+        reclaimed.
 
         Raises:
-            InvalidInputError: ``keys`` is a single key or holds a non-bytes
-                element (nothing changed).
-            ManagerClosedError: after :meth:`shutdown`.
+            InvalidInputError: ``keys`` is a single key, cannot be read, or
+                holds a non-bytes element (nothing changed).
         """
-        self._manager.mark_miss(keys)
+        listed = key_list(keys, "mark_miss")
+        if self._after_shutdown is not None:
+            self._after_shutdown.mark_miss(listed)
+            return
+        # Unknown keys go through: kvprobe counts them (stats.unknown_mark_miss).
+        states = self._manager.core.states
+        self._manager.mark_miss([k for k in listed if (s := states.get(k)) is None or s.phase is LookupPhase.RESOLVED])
 
     def cleanup(self, req_id: str) -> None:
         """The request finished: release its interest; in-flight probes are kept for others to join.
@@ -217,18 +260,58 @@ class AsyncLookupManager(abc.ABC):
 
         Raises:
             InvalidInputError: ``req_id`` is not a string (nothing changed).
-            ManagerClosedError: after :meth:`shutdown`.
         """
-        self._manager.cleanup(req_id)
+        if self._after_shutdown is not None:
+            self._after_shutdown.cleanup(req_id)
+        else:
+            self._manager.cleanup(req_id)
 
     def shutdown(self) -> None:
-        """Stop the worker (waiting at most ``shutdown_timeout_s``) and reclaim every state.
+        """Stop the worker once the calls already submitted are done; later calls still answer.
 
-        Afterwards every method but ``shutdown`` raises ``ManagerClosedError``
-        (a ``RuntimeError``); calling it again does nothing.
+        As vLLM 0.33's does, it waits for the groups already handed to the
+        worker (at most ``shutdown_timeout_s``; a call still running then is
+        abandoned and its keys stay without a verdict) and applies their
+        results.  kvprobe's manager underneath is then shut down; this
+        object keeps answering from a copy of the table
+        (:mod:`kvprobe.integrations.vllm.after_shutdown`): verdicts known at
+        shutdown, None for the other keys.  Calling it again does nothing.
         """
-        self._manager.shutdown()
-        self.lookup = self._manager.lookup  # type: ignore[method-assign]  # now the closed manager's
+        if self._after_shutdown is not None:
+            return
+        manager = self._manager
+        if not manager.closed:
+            self._finish_submitted_groups()
+        table = AfterShutdownTable(manager.core)
+        self._after_shutdown = table
+        self._bind_fast_lookup(table.lookup)
+        manager.shutdown()
+
+    def _finish_submitted_groups(self) -> None:
+        manager = self._manager
+        manager.drain_results()
+        if not isinstance(manager.worker, ThreadedWorker):
+            return  # a manual or custom worker is pumped by its owner: nothing to wait for
+        deadline = time.monotonic() + self._shutdown_timeout_s
+        while manager.core.outstanding and time.monotonic() < deadline:
+            time.sleep(_SHUTDOWN_POLL_S)
+            manager.drain_results()
+
+    # --- test compatibility: read-only views of vLLM's private fields ------------------
+
+    @property
+    def _lookup_state(self) -> Mapping[Key, LookupState]:
+        """Test compatibility (read-only copy): each key's probe, as vLLM's ``_lookup_state``."""
+        if self._after_shutdown is not None:
+            return self._after_shutdown.states()
+        return {key: state_snapshot(state) for key, state in self._manager.core.states.items()}
+
+    @property
+    def _lookup_batch(self) -> list[tuple[Key, object, int]]:
+        """Test compatibility (read-only copy): this step's new probes as vLLM's ``(key, context, generation)``."""
+        if self._after_shutdown is not None:
+            return []
+        return [(s.key, s.owner.context, s.generation) for s in self._manager.core.step_batch]
 
     # --- kvprobe extras --------------------------------------------------------------
 
@@ -245,7 +328,8 @@ class AsyncLookupManager(abc.ABC):
         Raises:
             InvalidInputError: ``keys`` is a single key or holds a non-bytes
                 element, or ``req_context`` has no string ``req_id``.
-            ManagerClosedError: after :meth:`shutdown`.
+            ManagerClosedError: after :meth:`shutdown` (unlike :meth:`lookup`,
+                which still answers).
         """
         return self._manager.lookup_chain(keys, req_context)
 
@@ -265,16 +349,19 @@ class AsyncLookupManager(abc.ABC):
         return self._manager
 
     def __len__(self) -> int:
-        """Probe states currently held (0 after shutdown)."""
+        """Probe states currently held (after shutdown: the entries still answered)."""
+        if self._after_shutdown is not None:
+            return len(self._after_shutdown)
         return len(self._manager)
 
     def __enter__(self) -> AsyncLookupManager:
         """Use the tier's manager in a ``with`` block; :meth:`shutdown` on exit.
 
         Raises:
-            ManagerClosedError: it was already shut down (the kvprobe manager's check).
+            ManagerClosedError: it was already shut down.
         """
-        self._manager.__enter__()
+        if self._after_shutdown is not None:
+            raise ManagerClosedError(f"lookup manager {self._tier_type!r} was shut down")
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -1,0 +1,428 @@
+"""Pacing HEADs to an object store: one rate per (endpoint, bucket, prefix), adjusted by its failures.
+
+Why.  A prefix of an S3 bucket serves a bounded request rate (5,500 GET/HEAD
+per second per partition; a new prefix is one partition) and answers
+``503 SlowDown`` beyond it; Ceph RGW's limits answer 503 too.  Every engine
+that retries at once only adds load, and every group then waits out its
+deadline.  So the object backend sends its HEADs at a rate that a client-side
+limiter adjusts to the store's answers, shared by every group, every
+backend and every manager of the process that reads the same store
+(:func:`shared_pacer`), and a group whose HEADs cannot go out before its
+deadline is told so at once (:meth:`PaceCore.reserve` returns None) instead of
+waiting for it.
+
+Theory of operation.  :class:`PaceCore` is pure: no clock, no lock, no I/O;
+each method takes ``now`` (seconds on the caller's monotonic clock), so it is
+tested, and simulated, without sleeping.  :class:`Pacer` is the thin driver:
+a lock and ``time.monotonic`` around one core.
+
+* **Unpaced until the store pushes back.**  Until the first congestion
+  signal :meth:`PaceCore.reserve` answers "now" for everything: a store that
+  never throttles costs nothing.
+* **Signals.**  A query that failed for any cause except a timeout is a
+  congestion signal (a ``503`` on a HEAD counts whether or not it has a
+  body: a HEAD's never has one, which is why botocore's adaptive mode never
+  paces on HEADs; NIXL reports a 503, a 500 and a reset alike, so all count).
+  Outcomes are judged per **window** (at least ``window_heads`` HEADs over
+  at least ``window_min_s``), counting only queries sent after the window
+  opened: a failure of a query sent before the last decrease says nothing
+  about the new rate (TCP's one decrease per round trip); a pause in the
+  demand opens a new window (idle time is not a rate the store imposed).
+* **CUBIC.**  A window with failures sets ``w_max`` to the rate actually
+  achieved (but at most ``1 / beta`` times the HEADs per second the store
+  answered, so that far over the store's capacity one decrease lands near
+  it) and the rate to ``beta * w_max``, held there until the next window
+  has checked the decrease; then the rate follows ``w_max + c * (t - K)**3``
+  with ``K = cbrt(w_max * (1 - beta) / c)``: back at ``w_max`` after ``K``
+  seconds, flat near it, then growing fast.  The constants are botocore's
+  adaptive mode's (``c = 0.4``, ``beta = 0.7``, a floor of ``0.5``
+  requests/s), and the rate never exceeds twice the rate measured (nor
+  ``w_max``, whichever is higher), so an idle process does not grow a rate
+  it never used.  Why CUBIC rather than AIMD: its growth depends on the time
+  since the last decrease, not on how many requests a process sent, so
+  engines with different loads grow alike (AIMD per answer favours the
+  busiest); it returns to the last good rate in ``K`` seconds whatever the
+  scale (an additive step fitted to 5,500 HEAD/s is far too slow at 50); and
+  it probes fast far above it, where a split partition's doubled capacity is.
+* **A decrease must help.**  A store that fails a fixed fraction of
+  requests whatever the rate (a fault, or a gateway's noise) would drive any
+  loss-based limiter to its floor (botocore's adaptive mode would send 0.5
+  requests/s under 20 % random 503s).  So the window after a decrease checks
+  it: when failures remain, the pace was the limit, the HEADs the store
+  answered per second fell with the rate (below ``(1 + beta) / 2`` of
+  before, counting the HEADs of failed queries it did answer) and the
+  failures per HEAD did not halve, twice in a row (the rate held meanwhile),
+  the failures do not come from our rate:
+  every decrease since the store last kept up (a window without failures)
+  is undone, back to unpaced if it was, and the next decrease waits
+  ``holdoff`` windows (1, 2, 4, ... up to ``holdoff_max`` while decreases
+  keep not helping).  A store at its capacity keeps answering as many HEADs
+  per second at the lower rate, or stops failing: there the decrease stays.
+  A window in which the store answered nothing (an outage) decreases
+  nothing: a store that is down is not congested.
+* **Retry-After** (seconds or an HTTP date, as the store sends it) holds
+  every reservation until then (at most ``max_hold_s``).
+* **Reservations** follow GCRA (a virtual-time token bucket): ``n`` HEADs
+  may start at ``max(now, tat - burst_s)`` and push ``tat`` on by
+  ``n / rate``; a reservation that could not start by ``not_after`` is
+  refused (the caller sheds those keys) and costs nothing.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+
+__all__ = ["PaceCore", "PaceStats", "Pacer", "parse_retry_after", "shared_pacer"]
+
+
+@dataclass
+class PaceStats:
+    """What a pacer did: ``decreases`` of its rate, of which ``undone`` did not help, and ``holds`` (Retry-After)."""
+
+    decreases: int = 0
+    undone: int = 0
+    holds: int = 0
+    refused: int = 0  # reservations refused: they could not start before the caller's deadline
+
+
+@dataclass
+class _Window:
+    start: float
+    first_sent: float = math.inf  # the earliest send of a query counted (idle time before it is not the window's)
+    last_sent: float = -math.inf
+    last_heads: int = 0  # HEADs of the query sent last
+    queries: int = 0
+    failures: int = 0  # failed queries (congestion signals)
+    answered_heads: int = 0  # HEADs of the queries that answered
+    heads: int = 0  # HEADs of the queries counted
+    binding: bool = False  # a reservation had to wait: the rate, not the demand, was the limit
+
+    def add(self, sent_at: float, heads: int, failed: bool) -> None:
+        if sent_at >= self.start:  # sent before the window opened: judged by an older rate
+            self.first_sent = min(self.first_sent, sent_at)
+            if sent_at >= self.last_sent:
+                self.last_sent, self.last_heads = sent_at, heads
+            self.queries += 1
+            self.failures += failed
+            self.heads += heads
+            self.answered_heads += 0 if failed else heads
+
+    def send_rate(self, now: float) -> float:
+        """HEADs sent per second, over the sends counted (the last one's HEADs went out at its end)."""
+        span = self.last_sent - self.first_sent
+        if span > 0 and self.heads > self.last_heads:
+            return (self.heads - self.last_heads) / span
+        return self.heads / max(now - self.first_sent, 1e-3)
+
+    def failed_per_head(self) -> float:
+        """The HEADs' failure probability that explains the failed queries (queries of the mean size)."""
+        if self.failures == self.queries:
+            return 1.0
+        mean_size = self.heads / self.queries
+        return float(1.0 - (1.0 - self.failures / self.queries) ** (1.0 / mean_size))
+
+
+class PaceCore:
+    """A HEAD rate adjusted by the store's answers (CUBIC, with each decrease checked); pure, clock injected.
+
+    Args:
+        now: the creation time on the caller's clock.
+        c, beta, floor: CUBIC's scale (HEAD/s per s**3), its decrease factor,
+            and the lowest rate (HEAD/s).
+        burst_s: seconds of the rate that may go out at once.
+        window_heads, window_min_s: a window is judged once it has this
+            many HEADs' outcomes, half of them answered, over at least
+            ``window_min_s``.
+        idle_s: a pause in reservations longer than this (or than two
+            reservations' worth of the rate) starts a new window: idle time
+            is not a rate the store imposed.
+        holdoff_max: most windows a decrease waits after decreases that did not help.
+        max_hold_s: the longest Retry-After honoured.
+        start_rate: None: unpaced until the store pushes back; a rate
+            (HEAD/s): paced from the start, as just after a decrease to it
+            (a store whose limit is known).
+
+    Raises:
+        ValueError: a parameter out of range (each must be positive and finite;
+            ``beta`` in (0, 1)).
+    """
+
+    def __init__(
+        self,
+        now: float,
+        *,
+        c: float = 0.4,
+        beta: float = 0.7,
+        floor: float = 0.5,
+        burst_s: float = 0.1,
+        window_heads: int = 64,
+        window_min_s: float = 0.25,
+        idle_s: float = 0.5,
+        holdoff_max: int = 8,
+        max_hold_s: float = 30.0,
+        start_rate: float | None = None,
+    ) -> None:
+        for name, value in (("c", c), ("floor", floor), ("burst_s", burst_s), ("window_min_s", window_min_s)):
+            _check_positive(name, value)
+        _check_positive("idle_s", idle_s)
+        _check_positive("max_hold_s", max_hold_s)
+        if not 0.0 < beta < 1.0:
+            raise ValueError(f"beta must be in (0, 1), got {beta!r}")
+        for name, count in (("window_heads", window_heads), ("holdoff_max", holdoff_max)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be a positive int, got {count!r}")
+        self.c, self.beta, self.floor, self.burst_s = c, beta, floor, burst_s
+        self.window_heads, self.window_min_s, self.idle_s = window_heads, window_min_s, idle_s
+        self.holdoff_max, self.max_hold_s = holdoff_max, max_hold_s
+        self.stats = PaceStats()
+        self.paced = False  # False until the first decrease: reservations start at once
+        self.w_max = 0.0  # the rate at the last decrease (HEAD/s)
+        self.t_decrease = now  # CUBIC's epoch: the rate is beta * w_max here
+        self.k = 0.0
+        self.measured = 0.0  # HEADs with an outcome per second, smoothed over windows
+        self.tat = now  # GCRA's theoretical arrival time
+        self.hold_until = -math.inf  # Retry-After
+        self._window = _Window(now)
+        self._last_reserved = (now, 0)  # when, and how many HEADs
+        self._verify: tuple[float, float] | None = None  # (served/s, failed per HEAD) before the last decrease
+        # The rate before the first of the decreases since the store last kept
+        # up (None: unpaced then), and whether there were any.
+        self._top: float | None = None
+        self._decreasing = False
+        self._doubted = False  # the last window judged the last decrease useless
+        self._holdoff = 1  # windows the next undone decrease makes later ones wait
+        self._holdoff_left = 0
+        if start_rate is not None:
+            _check_positive("start_rate", start_rate)
+            self._set_epoch(start_rate / beta, now)
+            self.paced = True
+
+    # --- the rate ---------------------------------------------------------------
+
+    def rate(self, now: float) -> float | None:
+        """HEADs per second allowed at ``now``, or None while unpaced."""
+        if not self.paced:
+            return None
+        if self._verify is not None:
+            # Held while the window after a decrease checks it (a small
+            # w_max would otherwise regrow within that window).
+            return max(self.floor, self.beta * self.w_max)
+        t = now - self.t_decrease - self.k
+        cubic = self.w_max + self.c * t * t * t
+        cap = max(2.0 * self.measured, self.w_max)
+        return max(self.floor, min(cubic, cap))
+
+    def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
+        """When ``heads`` HEADs may start (``>= now``), reserving them.
+
+        None (nothing reserved, counted ``refused``) when that is after ``not_after``.
+        """
+        start = max(now, self.hold_until)
+        rate = self.rate(now)
+        last_at, last_heads = self._last_reserved
+        if now - last_at > max(self.idle_s, 2 * last_heads / rate if rate else 0.0):
+            self._window = _Window(now)  # the demand paused: measure from here
+        self._last_reserved = (now, heads)
+        if rate is not None:
+            start = max(start, self.tat - self.burst_s)
+        if start > not_after:
+            self.stats.refused += 1
+            return None
+        if rate is not None:
+            self.tat = max(self.tat, start) + heads / rate
+        if start > now:
+            self._window.binding = True
+        return start
+
+    def release(self, now: float, heads: int) -> None:
+        """Give back a reservation of ``heads`` that will not be used (it started no query)."""
+        rate = self.rate(now)
+        if rate is not None:
+            self.tat = max(now, self.tat - heads / rate)
+
+    # --- outcomes ---------------------------------------------------------------
+
+    def answered(self, now: float, sent_at: float, heads: int) -> None:
+        """A query of ``heads`` HEADs sent at ``sent_at`` answered (stored or not, every key)."""
+        self._window.add(sent_at, heads, failed=False)
+        self._maybe_judge(now)
+
+    def failed(self, now: float, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
+        """A query of ``heads`` HEADs sent at ``sent_at`` failed (not by a timeout).
+
+        ``retry_after_s``: the store's ``Retry-After``, if it sent one.
+        """
+        if retry_after_s is not None and retry_after_s > 0:
+            until = now + min(retry_after_s, self.max_hold_s)
+            if until > self.hold_until:
+                self.hold_until = until
+                self.stats.holds += 1
+        self._window.add(sent_at, heads, failed=True)
+        self._maybe_judge(now)
+
+    def _maybe_judge(self, now: float) -> None:
+        window = self._window
+        if window.queries == 0:
+            return
+        if (
+            window.heads < self.window_heads
+            or window.answered_heads < self.window_heads // 2  # what the store served is measured, not guessed
+            or now - window.first_sent < self.window_min_s
+        ):
+            return
+        sent = window.send_rate(now)
+        failed = window.failed_per_head()
+        # HEADs the store answered per second, whether or not NIXL kept the
+        # answers: at its capacity this stays when we slow down.
+        served = sent * (1.0 - failed)
+        self.measured = 0.8 * sent + 0.2 * self.measured
+        self._window = _Window(now)
+        verify, self._verify = self._verify, None
+        if not window.failures:
+            self._decreasing = False  # the store is keeping up: the decreases so far stand
+            self._holdoff = 1
+        elif verify is not None and window.binding and self._decreasing:
+            served_before, failed_before = verify
+            if served < (1 + self.beta) / 2 * served_before and failed > 0.5 * failed_before:
+                # Twice in a row before undoing: one window's noise at a store
+                # at its capacity must not send the pace back up.
+                if self._doubted:
+                    self._undo(now)
+                    return
+                self._doubted = True
+                self._verify = verify  # held at the lower rate for one more window
+                return
+        self._doubted = False
+        if verify is not None:
+            self.t_decrease = now  # kept: CUBIC's regrowth starts from here
+        if self._holdoff_left:
+            self._holdoff_left -= 1
+        elif window.failures and failed < 1.0:
+            self._decrease(now, served, failed, sent)
+
+    def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:
+        current = self.rate(now)
+        base = achieved if current is None else min(current, achieved)
+        # Never down to less than beta times what we sent, but never above
+        # what the store served either: far over its capacity one decrease
+        # lands near it instead of one per window.
+        base = max(self.floor, min(base, served / self.beta))
+        if not self._decreasing:
+            self._decreasing, self._top = True, current
+        self._verify = (served, failed)
+        self._set_epoch(base, now)
+        self.tat = now + self.burst_s  # no burst credit: the next window measures the new rate
+        self.paced = True
+        self.stats.decreases += 1
+
+    def _undo(self, now: float) -> None:
+        # Back to before the decreases that did not help: unpaced if it was,
+        # else that rate as if K seconds had passed since (CUBIC's plateau).
+        if self._top is None:
+            self.paced = False
+        else:
+            self._set_epoch(self._top, now)
+            self.t_decrease = now - self.k
+        self._decreasing = False
+        self._doubted = False
+        self.stats.undone += 1
+        self._holdoff_left = self._holdoff
+        self._holdoff = min(2 * self._holdoff, self.holdoff_max)
+
+    def _set_epoch(self, w_max: float, now: float) -> None:
+        self.w_max = w_max
+        self.k = (w_max * (1 - self.beta) / self.c) ** (1 / 3)
+        self.t_decrease = now
+
+
+def _check_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def parse_retry_after(value: str | None, now_epoch_s: float | None = None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` value (delta-seconds or an HTTP date).
+
+    None when the value is absent or malformed (never raises).
+    """
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    now = time.time() if now_epoch_s is None else now_epoch_s
+    return max(0.0, when.timestamp() - now)
+
+
+class Pacer:
+    """A :class:`PaceCore` behind a lock, on ``time.monotonic``: safe to share between threads.
+
+    Reservations are absolute ``time.monotonic()`` values.
+
+    Args:
+        core: the policy, created at ``time.monotonic()`` (default: :class:`PaceCore`'s defaults).
+    """
+
+    def __init__(self, core: PaceCore | None = None) -> None:
+        self._lock = threading.Lock()
+        self._core = core if core is not None else PaceCore(time.monotonic())
+
+    def reserve(self, heads: int, not_after: float = math.inf) -> float | None:
+        """When ``heads`` HEADs may start; None (nothing reserved) when not by ``not_after``."""
+        with self._lock:
+            return self._core.reserve(time.monotonic(), heads, not_after)
+
+    def release(self, heads: int) -> None:
+        """Return an unused reservation."""
+        with self._lock:
+            self._core.release(time.monotonic(), heads)
+
+    def answered(self, sent_at: float, heads: int) -> None:
+        """A query sent at ``sent_at`` answered."""
+        with self._lock:
+            self._core.answered(time.monotonic(), sent_at, heads)
+
+    def failed(self, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
+        """A query sent at ``sent_at`` failed (not by a timeout)."""
+        with self._lock:
+            self._core.failed(time.monotonic(), sent_at, heads, retry_after_s)
+
+    def snapshot(self) -> dict[str, float | int | None]:
+        """``rate`` (HEAD/s, None while unpaced), ``w_max``, and the :class:`PaceStats` counters."""
+        with self._lock:
+            core = self._core
+            stats = core.stats
+            return {
+                "rate": core.rate(time.monotonic()),
+                "w_max": core.w_max if core.paced else None,
+                "decreases": stats.decreases,
+                "undone": stats.undone,
+                "holds": stats.holds,
+                "refused": stats.refused,
+            }
+
+
+_SHARED: weakref.WeakValueDictionary[tuple[str, str, str], Pacer] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pacer(endpoint: str, bucket: str, prefix: str) -> Pacer:
+    """The process's pacer for one store: the same object for the same (endpoint, bucket, prefix).
+
+    It lives while a backend holds it; the next one after that starts unpaced.
+    """
+    key = (endpoint, bucket, prefix)
+    with _SHARED_LOCK:
+        pacer = _SHARED.get(key)
+        if pacer is None:
+            pacer = _SHARED[key] = Pacer()
+        return pacer

@@ -1,0 +1,93 @@
+"""vLLM 0.33's names around its lookup manager, and read-only views for vLLM-style tests.
+
+vLLM 0.33's ``async_lookup`` module defines ``LookupPhase`` and
+``LookupState`` beside ``AsyncLookupManager``; a tier that switches its
+import imports all three from ``kvprobe.integrations.vllm``.  ``LookupPhase``
+is kvprobe's own phase enum (the same three names).
+
+vLLM's tier tests poll private fields of vLLM's class
+(``_pending_results.empty()``, ``_lookup_batch``, ``_lookup_state``).  The
+drop-in keeps no such fields; it offers **read-only views for test
+compatibility** with the same reading surface, computed from kvprobe's
+probe table (see :class:`PublishedResults` and :func:`state_snapshot`).
+Changing them changes nothing, and nothing in kvprobe reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kvprobe.spec.lifecycle import LookupPhase
+from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.records import ProbeState
+from kvprobe.statemachine.types import InvalidInputError, Key
+
+__all__ = ["LookupPhase", "LookupState", "PublishedResults", "key_list", "state_snapshot"]
+
+
+@dataclass(slots=True)
+class LookupState:
+    """One key's probe, in the fields of vLLM 0.33's ``LookupState``.
+
+    ``result`` is None while the probe is PENDING or IN_FLIGHT, then the
+    verdict; ``request_ids`` are the requests waiting on it.  Read from the
+    drop-in's ``_lookup_state`` view it is a copy: changing it changes nothing.
+    """
+
+    generation: int
+    phase: LookupPhase = LookupPhase.PENDING
+    result: bool | None = None
+    request_ids: set[str] = field(default_factory=set)
+
+
+def state_snapshot(state: ProbeState) -> LookupState:
+    """A kvprobe probe state as a :class:`LookupState` copy."""
+    phase = state.phase if state.phase is not None else LookupPhase.RESOLVED  # not in a table: never shown
+    return LookupState(state.generation, phase, state.verdict, set(state.waiters))
+
+
+class PublishedResults:
+    """Test compatibility: what vLLM's tests ask of vLLM's ``_pending_results`` queue.
+
+    ``empty()`` is False while the worker has published outcomes the
+    scheduler has not applied yet (kvprobe publishes one per request group;
+    vLLM one per step).  Read from any thread.  After shutdown it is empty
+    (the core's inbox is then a closed, empty one).
+    """
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: LookupCore) -> None:
+        self._core = core
+
+    def empty(self) -> bool:
+        """True when no published outcome awaits the scheduler."""
+        return self.qsize() == 0
+
+    def qsize(self) -> int:
+        """Published outcomes not applied yet (request groups, not steps)."""
+        return len(self._core.inbox)
+
+
+def key_list(keys: Iterable[Key], caller: str) -> list[Key]:
+    """``keys`` read into a list of ``bytes`` keys.
+
+    Raises:
+        InvalidInputError: ``keys`` is a single key or not iterable, raised
+            while it was read, or holds a key that is not ``bytes``.
+    """
+    if isinstance(keys, (bytes, bytearray, memoryview, str)):
+        raise InvalidInputError(
+            f"{caller}() takes an iterable of keys, got a single {type(keys).__name__}; wrap it in a list"
+        )
+    try:
+        listed = list(keys)
+    except TypeError as exc:
+        raise InvalidInputError(f"{caller}() takes an iterable of keys, got {type(keys).__name__}") from exc
+    except Exception as exc:
+        raise InvalidInputError(f"{caller}() could not read its keys: {type(exc).__name__}: {exc}") from exc
+    for key in listed:
+        if type(key) is not bytes:
+            raise InvalidInputError(f"{caller}() keys must be bytes, got {type(key).__name__}")
+    return listed

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Test kvprobe's drop-in against a released vLLM: its real tiers and its own tier tests.
+#
+#   tests/vllm_release/run.sh [setup|test|all]      (default: all; run from anywhere)
+#
+# setup  creates $VLLM_VENV (default .venv-vllm): torch 2.13.0 (CPU; first,
+#        so nothing pulls a CUDA build), kvprobe editable from this checkout,
+#        `pip install --no-deps vllm==$VLLM_VERSION` (the 336 MB wheel,
+#        without vLLM's dependency tree), then requirements.txt beside this
+#        script (what vLLM's kv_offload import chain needs, and pytest).
+#        Skipped when that venv already has this vLLM version.
+# test   downloads vLLM's sdist with pip and takes its tier tests
+#        (tests/v1/kv_offload/tiering/test_{async_lookup,fs_tier,obj_tier}.py)
+#        into a temporary directory: nothing of vLLM's is kept in this
+#        repository.  Runs them on vLLM's own AsyncLookupManager (the
+#        as-shipped baseline: all must pass) and then with the one-line
+#        switch to kvprobe's drop-in (kvprobe_switch.py; the tests listed in
+#        private_fields.toml must fail, the others pass), and finally this
+#        repository's tests that need the release: the differences from vLLM's
+#        own class, and the tier-poll thread scenario.
+#
+# Another vLLM release: VLLM_VERSION=0.34.0 tests/vllm_release/run.sh
+# (docs/vllm.md says what to check).  Needs Python 3.11+ and PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+HERE=tests/vllm_release
+VLLM_VERSION=${VLLM_VERSION:-0.33.0}
+VENV=$(realpath -m "${VLLM_VENV:-.venv-vllm}")
+PY=${PY:-python3}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+TEST_FILES=(test_async_lookup.py test_fs_tier.py test_obj_tier.py)
+
+setup() {
+    local marker="$VENV/.vllm-release" stamp
+    stamp="vllm==$VLLM_VERSION $(cat "$HERE/requirements.txt" | cksum)"
+    if [ -f "$marker" ] && [ "$(cat "$marker")" = "$stamp" ]; then
+        return
+    fi
+    local start=$SECONDS
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    local pip=("$VENV/bin/python" -m pip)
+    "${pip[@]}" install -q --upgrade pip
+    "${pip[@]}" install -q torch==2.13.0
+    # Pure Python: an editable compiled build would leave its .so files in
+    # the checkout, shadowing the .py files for every other venv using it.
+    KVPROBE_COMPILE=0 "${pip[@]}" install -q -e .
+    "${pip[@]}" install -q --no-deps "vllm==$VLLM_VERSION"
+    # vLLM's metadata asks for far more (and for other torch and other
+    # versions): pip lists those unmet requirements here, as expected.
+    "${pip[@]}" install -q -r "$HERE/requirements.txt"
+    "$VENV/bin/python" -c "import vllm.v1.kv_offload.tiering.fs.manager, vllm.v1.kv_offload.tiering.obj.manager"
+    echo "$stamp" >"$marker"
+    echo "vLLM $VLLM_VERSION venv $VENV ready in $((SECONDS - start)) s"
+}
+
+# Unpack vLLM's sdist with pip into $1 and copy its tier tests to $1/tests.
+# pip cannot build vLLM's metadata here (no CUDA toolchain); with
+# --no-clean it keeps the unpacked tree all the same.
+fetch_tests() {
+    local work=$1
+    mkdir -p "$work/pip-tmp" "$work/tests"
+    TMPDIR="$work/pip-tmp" "$PY" -m pip download --no-deps --no-binary vllm --no-build-isolation --no-clean \
+        -d "$work/dist" "vllm==$VLLM_VERSION" >"$work/pip-download.log" 2>&1 || true
+    local sdist
+    for sdist in "$work"/dist/vllm-*.tar.gz; do  # if pip did build the metadata, it kept the archive
+        [ -f "$sdist" ] && tar -xzf "$sdist" -C "$work/pip-tmp"
+    done
+    local found
+    found=$(find "$work/pip-tmp" -path '*/tests/v1/kv_offload/tiering/test_fs_tier.py' -print -quit)
+    if [ -z "$found" ]; then
+        cat "$work/pip-download.log" >&2
+        echo "vLLM $VLLM_VERSION's sdist did not give tests/v1/kv_offload/tiering/" >&2
+        return 1
+    fi
+    local f
+    for f in "${TEST_FILES[@]}"; do
+        cp "$(dirname "$found")/$f" "$work/tests/"
+    done
+    rm -rf "$work/pip-tmp" "$work/dist"
+}
+
+run_tests() {
+    local work repo
+    repo=$(pwd)
+    work=$(mktemp -d)
+    fetch_tests "$work" || { rm -rf "$work"; return 1; }
+    local pytest=("$VENV/bin/python" -m pytest -p no:cacheprovider -p kvprobe_switch -o timeout=120 -q)
+    local status=0
+    echo "== vLLM $VLLM_VERSION's tier tests on vLLM's own AsyncLookupManager"
+    (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=vllm "${TEST_FILES[@]}") || status=1
+    echo "== the same tests with the one-line switch to kvprobe's drop-in"
+    (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=kvprobe "${TEST_FILES[@]}") || status=1
+    # Two runs: the tier-poll test switches vLLM's module to the drop-in, the
+    # differences test needs vLLM's own class.
+    echo "== this repository's tests that need vLLM $VLLM_VERSION"
+    export KVPROBE_REQUIRE_VLLM=1
+    "$VENV/bin/python" -m pytest -q tests/integrations/test_vllm_differences.py || status=1
+    "$VENV/bin/python" -m pytest -q tests/integrations/test_vllm_release_tier_poll.py || status=1
+    rm -rf "$work"
+    return "$status"
+}
+
+case "${1:-all}" in
+    setup) setup ;;
+    test) run_tests ;;
+    all) setup && run_tests ;;
+    *) echo "usage: $0 [setup|test|all]" >&2; exit 2 ;;
+esac
