@@ -264,8 +264,7 @@ def lookup_delay(quick: bool) -> tuple[list[Row], dict[str, Any]]:
 
 def tlc_cost(quick: bool) -> tuple[list[Row], dict[str, Any]]:
     """Rows for each TLC config and for Hypothesis (``bench.tlc_cost``'s report), and the raw per-config progress."""
-    from bench.tlc_cost import hypothesis_rate, tlc_costs
-    from bench.tlc_cost import report as tlc_report
+    from bench.tlc_cost import hypothesis_rate, report as tlc_report, tlc_costs
 
     configs = tlc_costs(quick)
     hyp = hypothesis_rate()

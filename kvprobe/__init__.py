@@ -25,110 +25,47 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kvprobe.backends import (
         Backend as Backend,
-    )
-    from kvprobe.backends import (
         BlockStore as BlockStore,
-    )
-    from kvprobe.backends import (
         BucketNotFoundError as BucketNotFoundError,
-    )
-    from kvprobe.backends import (
         FsBackend as FsBackend,
-    )
-    from kvprobe.backends import (
         HelperProcessError as HelperProcessError,
-    )
-    from kvprobe.backends import (
         InMemoryBackend as InMemoryBackend,
-    )
-    from kvprobe.backends import (
         Key as Key,
-    )
-    from kvprobe.backends import (
         NixlObjBackend as NixlObjBackend,
-    )
-    from kvprobe.backends import (
         NixlPosixBackend as NixlPosixBackend,
-    )
-    from kvprobe.backends import (
         ObjStoreUnavailableError as ObjStoreUnavailableError,
-    )
-    from kvprobe.backends import (
         ProcessBackend as ProcessBackend,
     )
     from kvprobe.spec.lifecycle import LookupPhase as LookupPhase
     from kvprobe.statemachine import (
         AsyncLookupManager as AsyncLookupManager,
-    )
-    from kvprobe.statemachine import (
         ChainAnswer as ChainAnswer,
-    )
-    from kvprobe.statemachine import (
         FailureKind as FailureKind,
-    )
-    from kvprobe.statemachine import (
         HasReqId as HasReqId,
-    )
-    from kvprobe.statemachine import (
         InvalidInputError as InvalidInputError,
-    )
-    from kvprobe.statemachine import (
         InvalidValueError as InvalidValueError,
-    )
-    from kvprobe.statemachine import (
         KvprobeError as KvprobeError,
-    )
-    from kvprobe.statemachine import (
         ManagerClosedError as ManagerClosedError,
-    )
-    from kvprobe.statemachine import (
         ReqContext as ReqContext,
-    )
-    from kvprobe.statemachine import (
         Stats as Stats,
-    )
-    from kvprobe.statemachine import (
         WrongThreadError as WrongThreadError,
     )
 
 __version__ = "0.1.0"
 
-# public name -> the module that defines it
-_EXPORTS = {
-    **dict.fromkeys(
-        [
-            "AsyncLookupManager",
-            "ChainAnswer",
-            "FailureKind",
-            "HasReqId",
-            "InvalidInputError",
-            "InvalidValueError",
-            "KvprobeError",
-            "ManagerClosedError",
-            "ReqContext",
-            "Stats",
-            "WrongThreadError",
-        ],
-        "kvprobe.statemachine",
+# The public names, by the module that defines them (loaded on first use).
+_EXPORTED_FROM = {
+    "kvprobe.statemachine": (
+        "AsyncLookupManager ChainAnswer FailureKind HasReqId InvalidInputError InvalidValueError KvprobeError"
+        " ManagerClosedError ReqContext Stats WrongThreadError"
     ),
-    "LookupPhase": "kvprobe.spec.lifecycle",
-    **dict.fromkeys(
-        [
-            "Backend",
-            "BlockStore",
-            "BucketNotFoundError",
-            "FsBackend",
-            "HelperProcessError",
-            "InMemoryBackend",
-            "Key",
-            "NixlObjBackend",
-            "NixlPosixBackend",
-            "ObjStoreUnavailableError",
-            "ProcessBackend",
-        ],
-        "kvprobe.backends",
+    "kvprobe.spec.lifecycle": "LookupPhase",
+    "kvprobe.backends": (
+        "Backend BlockStore BucketNotFoundError FsBackend HelperProcessError InMemoryBackend Key NixlObjBackend"
+        " NixlPosixBackend ObjStoreUnavailableError ProcessBackend"
     ),
 }
+_EXPORTS = {name: module for module, names in _EXPORTED_FROM.items() for name in names.split()}
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 

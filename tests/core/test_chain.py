@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kvprobe.backends import InMemoryBackend
 from kvprobe.spec.model_chain import refusal

@@ -56,3 +56,24 @@ def test_kvprobe_version_says_which_core_is_loaded() -> None:
     )
     assert done.stdout.strip().endswith(f"({info.describe()})")
     assert info.describe().startswith("compiled core" if COMPILED else "pure-Python core")
+
+
+def test_the_public_names_resolve_and_the_type_checkers_list_is_the_same() -> None:
+    import ast
+
+    import kvprobe
+
+    names = set(kvprobe.__all__) - {"__version__"}
+    tree = ast.parse((ROOT / "kvprobe" / "__init__.py").read_text())
+    typed = {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kvprobe.")
+        for alias in node.names
+    }
+    assert typed == names
+    for name in sorted(names):
+        if name.startswith("Nixl") or name in {"BucketNotFoundError", "ObjStoreUnavailableError"}:
+            continue  # need the nixl extra to import
+        value = getattr(kvprobe, name)
+        assert value is getattr(importlib.import_module(kvprobe._EXPORTS[name]), name)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from kvprobe.spec import model
 from kvprobe.spec.lifecycle import NEXT_PHASE, RULES, Event, LookupPhase, build_machine, machine_next

@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given
-from hypothesis import strategies as st
+from hypothesis import assume, given, strategies as st
 
 from kvprobe.backends import InMemoryBackend
 from kvprobe.spec import replay as replay_mod

@@ -37,8 +37,7 @@ from model_replay import (
 from mutant_runs import mutant_run
 
 from kvprobe.check import reach_config
-from kvprobe.spec import actions as spec_actions
-from kvprobe.spec import model
+from kvprobe.spec import actions as spec_actions, model
 from kvprobe.tlc import parse_value, run_tlc, tla_dir
 
 Graph = tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]

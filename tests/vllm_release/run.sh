@@ -94,8 +94,8 @@ run_tests() {
     # differences test needs vLLM's own class.
     echo "== this repository's tests that need vLLM $VLLM_VERSION"
     export KVPROBE_REQUIRE_VLLM=1
-    "$VENV/bin/python" -m pytest -q tests/integrations/test_vllm_differences.py || status=1
-    "$VENV/bin/python" -m pytest -q tests/integrations/test_vllm_release_tier_poll.py || status=1
+    "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_differences.py || status=1
+    "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_release_tier_poll.py || status=1
     rm -rf "$work"
     return "$status"
 }

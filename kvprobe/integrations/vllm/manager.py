@@ -33,8 +33,7 @@ from typing import Any
 from kvprobe.integrations.vllm.after_shutdown import AfterShutdownTable
 from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, PublishedResults, key_list, state_snapshot
 from kvprobe.statemachine.core import LookupCore
-from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager
-from kvprobe.statemachine.manager import WorkerChoice
+from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager, WorkerChoice
 from kvprobe.statemachine.trace import TraceSink
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, ManagerClosedError, Stats
 from kvprobe.statemachine.workers import DEFAULT_HOLD_S, ThreadedWorker

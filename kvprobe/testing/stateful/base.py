@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
-from hypothesis import strategies as st
-from hypothesis import target
+from hypothesis import strategies as st, target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 from hypothesis.strategies import SearchStrategy
 

@@ -2,7 +2,7 @@
 
 Only the examples that need no network server are run here (the object store
 example starts its own moto server and is covered by the S3 integration
-tests; examples/vllm_tier.py is run by tests/integrations/test_vllm_fs_tier.py).
+tests; examples/vllm_tier.py is run by tests/engine/test_vllm_fs_tier.py).
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from vllm_harness import chain_retry_then_miss
 
-from kvprobe.integrations.vllm import AsyncLookupManager as DropIn
-from kvprobe.integrations.vllm import ChainAnswer, LookupResult, as_lookup_result
+from kvprobe.integrations.vllm import AsyncLookupManager as DropIn, ChainAnswer, LookupResult, as_lookup_result
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 CTX = ReqContext("r")
