@@ -4,7 +4,9 @@ A serving engine's scheduler asks, each step and for each waiting request,
 "how many leading blocks of this prompt are in the tier?".  Three walks
 answer it, each on its own manager over equal tiers:
 
-* ``chain``: ``lookup_chain(keys, ctx)``, one call per request;
+* ``chain``: ``lookup_chain(keys, ctx)``, one call per request, with
+  ``chain_window="all"`` (the same keys as the loops below: this part prices
+  a key, not a window schedule);
 * ``per-key``: kvprobe's ``lookup`` in the loop an engine would write, which
   stops after the first False (:func:`chain_walk`, the walk ``lookup_chain``
   does);
@@ -30,9 +32,25 @@ lookups does).  The backend answers a bounded number of keys per step,
 first come first served; a request is cleaned up ``finish_after`` steps
 after it arrived.  Reported: keys probed and backend calls per step, steps
 to an answer, and answers checked against the tier (these are counts, not
-timings: the same on every machine).
+timings: the same on every machine).  ``lookup_chain`` runs twice: with
+``chain_window="all"`` (the walk of earlier releases, which probes what the
+stopping loop probes) and with the default windows.
 
-Run: ``python -m bench.chains [--quick] [--part cost|saving] [--steps N] [--repeats N] [--capacity KEYS]``.
+**Windows** (``--part windows``): the trade of each window schedule, one
+request at a time on its own manager (nothing shared): the steps a request
+waits until its answer is decided, against the backend keys (HEADs on an
+object store) it costs, for chains of 32, 256 and 3,600 blocks.  Each step
+is one walk, a flush, and the worker answering before the next step (the
+best case for steps: a slow tier adds its own latency to every window).
+The stored prefix of a request is drawn, with a fixed seed, from one of two
+stated mixes: ``mixed``, a quarter of the requests with nothing stored, a
+quarter with everything, half with a prefix whose length is uniform in
+1..n-1; ``short``, a prefix uniform in 0..16 (a shared system prompt: the
+issue's 3,600-block prompt with ten stored blocks).  The ideal is the
+stored prefix plus its first missing block.  These are counts, the same on
+every machine.
+
+Run: ``python -m bench.chains [--quick] [--part cost|saving|windows] [--steps N] [--repeats N] [--capacity KEYS]``.
 """
 
 from __future__ import annotations
@@ -50,8 +68,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.common import Impl, Row, baseline_impl, fmt_ratio, verified_impl
+from bench.common import Impl, Row, baseline_impl, fmt_ratio, manual_impl, verified_impl
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ProbeGroup, ReqContext
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
 
 __all__ = ["CONTENDERS", "ChainWorkload", "SavingScenario", "chain_walk", "measure_chains", "rows", "run_saving"]
 
@@ -110,15 +129,21 @@ def walk_every(m: Any, keys: Sequence[bytes], ctx: ReqContext) -> Answer:
     return hits, False, False, len(keys)
 
 
+def whole_chain_impl(tier: SetTier) -> Impl:
+    """kvprobe's manager walking every key up to the first known miss (``chain_window="all"``)."""
+    return manual_impl(AsyncLookupManager(tier, worker="manual", chain_window="all"))
+
+
 #: The cost part's walks: (the manager it runs on, the walk).
 CONTENDERS: dict[str, tuple[Callable[[SetTier], Impl], Walk]] = {
-    "chain": (verified_impl, walk_chain),
+    "chain": (whole_chain_impl, walk_chain),
     "per-key": (verified_impl, walk_stop),
     "baseline": (baseline_impl, walk_stop),
 }
 #: The saving part's engines, each on a kvprobe manager.
 ENGINES: dict[str, Walk] = {
     "lookup_chain": walk_chain,
+    f"lookup_chain, windows of {DEFAULT_CHAIN_WINDOW}, 2x": walk_chain,
     "per-key, stop at miss": walk_stop,
     "per-key, every key": walk_every,
 }
@@ -365,7 +390,8 @@ def run_saving(engine: str, scenario: SavingScenario, capacity: int, drain_steps
     arrivals = scenario.build()
     stored = scenario.stored
     walk = ENGINES[engine]
-    m = AsyncLookupManager(SetTier(stored), worker="manual")
+    window: int | str = DEFAULT_CHAIN_WINDOW if "windows" in engine else "all"
+    m = AsyncLookupManager(SetTier(stored), worker="manual", chain_window=window)  # type: ignore[arg-type]
     worker = m.worker
     assert isinstance(worker, ManualWorker)
     tier = _BoundedTier(worker, capacity)
@@ -424,6 +450,85 @@ def saving_report(outcomes: dict[str, Outcome]) -> str:
     return "\n".join(lines)
 
 
+# --- windows ----------------------------------------------------------------------------------
+
+#: The schedules the windows part compares: ``"all"``, or a first window (windows then double).
+SCHEDULES: tuple[int | str, ...] = ("all", 1, 4, 16, 64)
+#: The chain lengths it compares (blocks per prompt).
+CHAIN_LENGTHS = (32, 256, 3600)
+
+
+#: The stored-prefix mixes (see the module docstring).
+MIXES = ("mixed", "short")
+
+
+def stored_prefixes(n: int, samples: int, mix: str = "mixed", seed: int = 7) -> list[int]:
+    """Stored-prefix lengths for chains of ``n`` blocks, drawn from ``mix`` (one of :data:`MIXES`)."""
+    rng = random.Random(seed * 100_003 + n)
+    if mix == "short":
+        return [rng.randint(0, min(n, 16)) for _ in range(samples)]
+    out = []
+    for i in range(samples):
+        kind = i % 4
+        out.append(0 if kind == 0 else n if kind == 1 else rng.randint(1, n - 1))
+    rng.shuffle(out)
+    return out
+
+
+@dataclass
+class WindowTrade:
+    """One schedule on one chain length: per request, steps to decide and backend keys."""
+
+    steps: list[int] = field(default_factory=list)
+    heads: list[int] = field(default_factory=list)
+    ideal: list[int] = field(default_factory=list)
+    wrong: int = 0
+
+
+def window_trade(n: int, schedule: int | str, prefixes: Sequence[int]) -> WindowTrade:
+    """Walk one request per stored prefix until decided; count its steps and the keys the backend checked."""
+    out = WindowTrade()
+    keys = [i.to_bytes(4, "little") * 5 for i in range(n)]
+    for p in prefixes:
+        tier = SetTier(set(keys[:p]))
+        m = AsyncLookupManager(tier, worker="manual", chain_window=schedule)  # type: ignore[arg-type]
+        worker = m.worker
+        assert isinstance(worker, ManualWorker)
+        ctx = ReqContext("r")
+        steps = 0
+        while True:
+            steps += 1
+            answer = m.lookup_chain(keys, ctx)
+            if answer.decided:
+                break
+            m.flush()
+            worker.run_all()
+        out.wrong += answer.leading_hits != p
+        out.steps.append(steps)
+        out.heads.append(m.stats.probes_submitted)
+        out.ideal.append(min(p + 1, n))
+        m.shutdown()
+    return out
+
+
+def windows_report(samples: int) -> str:
+    """The trade table: per chain length, schedule and mix, steps to decide and HEADs per request."""
+    head = " | ".join(f"{mix}: steps mean / max | {mix}: HEADs mean (x ideal)" for mix in MIXES)
+    lines = [f"| blocks | first window | {head} | wrong answers |", "|---|---|" + "---|---|" * len(MIXES) + "---|"]
+    for n in CHAIN_LENGTHS:
+        prefixes = {mix: stored_prefixes(n, samples, mix) for mix in MIXES}
+        for schedule in SCHEDULES:
+            cells = []
+            wrong = 0
+            for mix in MIXES:
+                t = window_trade(n, schedule, prefixes[mix])
+                wrong += t.wrong
+                cells.append(f"{statistics.mean(t.steps):.2f} / {max(t.steps)}")
+                cells.append(f"{statistics.mean(t.heads):,.0f} ({sum(t.heads) / sum(t.ideal):.2f})")
+            lines.append(f"| {n:,} | {schedule} | {' | '.join(cells)} | {wrong} |")
+    return "\n".join(lines)
+
+
 # --- the suite's rows and the command line ------------------------------------------------------
 
 
@@ -458,7 +563,7 @@ def rows(quick: bool) -> list[Row]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--part", choices=("cost", "saving"), help="only this part (default: both)")
+    parser.add_argument("--part", choices=("cost", "saving", "windows"), help="only this part (default: all three)")
     parser.add_argument("--steps", type=int, default=None, help="steps of the workload (cost 60, saving 40)")
     parser.add_argument("--repeats", type=int, default=None, help="cost: lockstep repetitions (default 7)")
     parser.add_argument("--delay", type=int, default=1, help="cost: steps before the worker answers a batch")
@@ -481,6 +586,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{scenario.tail[0]}-{scenario.tail[1]} blocks; tier capacity {args.capacity:,} keys per step\n"
         )
         print(saving_report(outcomes))
+    if args.part in (None, "windows"):
+        samples = 40 if args.quick else 200
+        print(
+            f"\nchain windows: {samples} requests per chain length and mix, one at a time; stored prefix: "
+            "mixed = 1/4 none, 1/4 all, 1/2 uniform in 1..n-1; short = uniform in 0..16 (seed 7); a step is "
+            "a walk, a flush and the worker's answer; ideal = stored prefix + its first missing block\n"
+        )
+        print(windows_report(samples))
     return 0
 
 

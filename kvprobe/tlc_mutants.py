@@ -9,9 +9,12 @@ for each, which parts it replaces with what, and a one-line summary.
 tests that make TLC catch every mutant.  docs/properties.md describes each
 one and the property that catches it.
 
-Two kinds: ``named`` mutants are the defects seen in the field (the
+Three kinds: ``named`` mutants are the defects seen in the field (the
 property suite catches them too); ``spec`` mutants are one-line slips
-written to measure the power of the model's invariants.
+written to measure the power of the model's invariants; ``chain`` mutants
+are defects of the chain walk (``lookup_chain``'s windows), inert on the
+default config (its chain is empty): each is caught on a chain config
+(its ``config``, which ``kvprobe check --mutant NAME`` uses).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ MODEL_MODULE = "MC.tla"
 KINDS: Mapping[str, str] = {
     "named": "named mutants, the defects seen in the field",
     "spec": "spec mutants, one-line slips that measure the invariants",
+    "chain": "chain-walk mutants, each caught on a chain config (docs/chains.md)",
 }
 
 
@@ -73,6 +77,10 @@ def _spec(name: str, summary: str, **overrides: str) -> Mutant:
 
 def _spec_on(config: str, name: str, summary: str, **overrides: str) -> Mutant:
     return Mutant(name, "spec", summary, overrides, config)
+
+
+def _chain(config: str, name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "chain", summary, overrides, config)
 
 
 #: Every mutant, named ones first (DESIGN's field defects), then the spec mutants.
@@ -207,6 +215,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "worker-holds-until-idle",
         "a group's answer is published only once no other group is running",
         CompleteGroupOf="PublishesWhenIdle",
+    ),
+    # --- the chain walk (tla/chain.cfg, tla/chain-window.cfg) ---
+    _chain(
+        "chain",
+        "window-skips-ahead",
+        "a walk probes the next window before the one it is in answered",
+        ChainWindowOpen="WindowOpenEarly",
+    ),
+    _chain(
+        "chain-window",
+        "probe-after-miss",
+        "a walk finishes its window after a key known NOT stored",
+        ChainNoMissBefore="NoMissBeforeWindow",
+    ),
+    _chain(
+        "chain",
+        "window-presumed-stored",
+        "a walk reports the keys of an unanswered window as stored",
+        ChainFindsStored="FindsUnansweredStored",
     ),
 )
 

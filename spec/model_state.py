@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from kvprobe.spec.lifecycle import LookupPhase
 
@@ -29,6 +29,7 @@ __all__ = [
     "TIMEOUT",
     "UP",
     "WORKER_DIED",
+    "ChainAsk",
     "Counts",
     "Group",
     "Key",
@@ -145,6 +146,24 @@ def frozen_map(items: Mapping[_K, _V] | None = None) -> Mapping[_K, _V]:
     return MappingProxyType(dict(items or {}))
 
 
+# --- the chain walk (kvprobe.spec.model_chain): its history record -----------------------
+
+
+class ChainAsk(NamedTuple):
+    """One Lookup made by a chain walk, as it happened (history, read only by the chain invariants).
+
+    ``position`` is the key's index in the chain, ``window_start`` where
+    the window holding it starts (by the walk's schedule), and ``before``
+    the verdicts the walk's earlier keys had at that moment, in chain order.
+    """
+
+    req: str
+    key: Key
+    position: int
+    window_start: int
+    before: tuple[bool | None, ...]
+
+
 @dataclass(frozen=True)
 class State:
     """The whole model state (immutable; mappings are read-only views).
@@ -181,7 +200,11 @@ class State:
     groups).  ``backend_hits`` is the history of the backend itself, written
     only where a call returns in time with its answers
     (:func:`~kvprobe.spec.model_worker.complete_group`), never from what the
-    worker publishes: the ``(key, gen)`` it answered "stored" for.
+    worker publishes: the ``(key, gen)`` it answered "stored" for.  The chain
+    walk's history (:mod:`kvprobe.spec.model_chain`): ``chain_asks``, each
+    Lookup a walk made (:class:`ChainAsk`), and ``chain_counted``, each key a
+    walk counted as stored: ``(key, gen, forced)``, forced telling whether a
+    forced miss had hit that generation.
     """
 
     probes: Mapping[Key, Probe] = field(default_factory=frozen_map)
@@ -202,6 +225,9 @@ class State:
     stopped_taken: Mapping[int, Group] = field(default_factory=frozen_map)
     discarded: tuple[Outcome, ...] = ()
     out: tuple[Key, str, bool | None] | None = None
+    # --- the chain walk's history (kvprobe.spec.model_chain) ---
+    chain_asks: tuple[ChainAsk, ...] = ()
+    chain_counted: frozenset[tuple[Key, int, bool]] = frozenset()
     counts: Counts = Counts()
     submitted: Mapping[tuple[Key, int], int] = field(default_factory=frozen_map)
     submitted_not_pending: frozenset[tuple[Key, int]] = frozenset()

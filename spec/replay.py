@@ -15,6 +15,12 @@ explained that way (a group never submitted, a second answer without a
 timeout, keys or generations that do not match the submitted group) is a
 divergence too.
 
+A chain walk's Lookup events (those with an ``index``) are replayed through
+the walk's rule (:func:`kvprobe.spec.model_chain.chain_step`): the events of
+one walk are consecutive, indices 0, 1, ..., of one request, and each key
+must be one the walk was allowed to look up (none after a key known NOT
+stored, none of a window while a key before it is not known stored).
+
 The first divergence is reported as :class:`TraceDivergence`, naming the
 event's ``seq``, its action and what the model expected.  Run
 ``python -m kvprobe.spec.replay TRACE.ndjson`` to check a file (exit 0 when
@@ -33,6 +39,7 @@ from kvprobe.spec import model
 from kvprobe.spec.actions import WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event
 from kvprobe.spec.model import Group, ModelError, State
+from kvprobe.spec.model_chain import chain_step
 
 __all__ = ["ReplayReport", "TraceChecker", "TraceDivergence", "check_trace", "main", "replay"]
 
@@ -80,6 +87,8 @@ class TraceChecker:
         self.known: dict[int, Group] = {}
         self.count = 0
         self.by_action: dict[str, int] = {}
+        #: The chain walk whose Lookup events are being replayed: (request, keys so far).
+        self.walk: tuple[str, list[bytes]] | None = None
 
     def feed(self, event: Mapping[str, object]) -> None:
         """Check the next event of the trace.
@@ -89,6 +98,8 @@ class TraceChecker:
         """
         if event.get("seq") != self.count:
             raise self.fail(event, f"seq {event.get('seq')!r} where {self.count} was expected (an event is missing)")
+        if "index" not in event:
+            self.walk = None  # a walk's events are consecutive: any other event ends it
         self.step(event)
         self.count += 1
         name = str(event.get("action"))
@@ -138,13 +149,38 @@ class TraceChecker:
 
     def lookup(self, event: Mapping[str, object]) -> None:
         key, req = _key(_str(event, "key")), _str(event, "req")
-        self.s, verdict = model.lookup(self.s, key, req)
+        if "index" in event:
+            self.s, verdict = self.chain_lookup(event, key, req)
+        else:
+            self.s, verdict = model.lookup(self.s, key, req)
         if event.get("verdict") != verdict or type(event.get("verdict")) is not type(verdict):
             raise self.fail(event, f"lookup({key.hex()}, {req}) returned {event.get('verdict')!r}, model: {verdict!r}")
         probe = self.s.probes.get(key)
         phase = None if probe is None else probe.phase.value
         if event.get("phase") != phase:
             raise self.fail(event, f"phase of {key.hex()} is {event.get('phase')!r}, model: {phase!r}")
+
+    # --- the chain walk ------------------------------------------------------------------
+
+    def chain_lookup(self, event: Mapping[str, object], key: bytes, req: str) -> tuple[State, bool | None]:
+        """The Lookup of a walk's key at the event's ``index``, through the walk's rule."""
+        index, window = event["index"], event.get("window")
+        if index == 0:
+            self.walk = (req, [])
+        if self.walk is None or self.walk[0] != req or not isinstance(index, int) or index != len(self.walk[1]):
+            raise self.fail(
+                event, f"chain index {index!r} of {req}: not the next key of a walk (its events are consecutive)"
+            )
+        if window == "all":
+            first = None
+        elif type(window) is int and window >= 1:
+            first = window
+        else:
+            raise self.fail(event, f"chain window {window!r}: neither 'all' nor a positive int")
+        walked = self.walk[1]
+        before = [probe.verdict if (probe := self.s.probes.get(k)) else None for k in walked]
+        walked.append(key)
+        return chain_step(self.s, req, key, before, first)
 
     def flush(self, event: Mapping[str, object]) -> None:
         self.s, groups = model.flush(self.s)

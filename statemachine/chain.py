@@ -1,9 +1,12 @@
 """The chain walk: the Lookup action of a request's keys in order, up to the first known MISS.
 
 :meth:`LookupCore.lookup_chain <kvprobe.statemachine.core.LookupCore.lookup_chain>`
-is :func:`walk_chain`.  It is exactly the sequence of single lookups it
-replaces, and changes nothing they would not; it is faster because a
-request that asks again mostly re-reads what it already holds.
+is :func:`walk_chain`.  It is exactly the sequence of single lookups of its
+keys, in order, up to and including the first known MISS, and no further
+than the window of the first key whose verdict is unknown
+(:mod:`kvprobe.statemachine.windows`); it changes nothing those lookups
+would not.  It is faster than they are because a request that asks again
+mostly re-reads what it already holds.
 
 How it is built (for both builds, see :data:`kvprobe.statemachine.rules.COMPILED`):
 
@@ -21,6 +24,9 @@ How it is built (for both builds, see :data:`kvprobe.statemachine.rules.COMPILED
 * New keys go through the core's one state-creation path
   (``LookupCore._new_probe``), as a single lookup's do.  The counters of
   joins are added once at the end.
+* The window costs one integer comparison per key: ``limit`` is the end of
+  the keys the walk may look up, the chain's length until the first unknown
+  key is met, then the end of that key's window.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from kvprobe.statemachine.inputs import chain_keys, chain_req_id, check_chain_ke
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import IN_FLIGHT, PENDING
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, KvprobeError
+from kvprobe.statemachine.windows import ALL, window_end
 
 if TYPE_CHECKING:
     from kvprobe.statemachine.core import LookupCore
@@ -40,7 +47,8 @@ __all__ = ["walk_chain"]
 
 
 def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
-    """``core.lookup(key, req_context)`` for each key in order, up to and including the first MISS.
+    """``core.lookup(key, req_context)`` for each key in order, up to and including the first MISS,
+    and no further than the window of the first key whose verdict is unknown.
 
     Published results are applied once, before the first key.  See
     :meth:`LookupCore.lookup_chain <kvprobe.statemachine.core.LookupCore.lookup_chain>`
@@ -64,14 +72,20 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
         check_chain_keys(asked, 0)  # applying results is a change: every key is checked first
         verified = True
         core.drain()
+    first_window = core.chain_window
     start = 0
     first_unknown = stopped_at = -1
     registered = core.requests.get(req_id)
     if registered is not None:
-        start, first_unknown, stopped_at = _walk_held(registered.states, asked)
-    if stopped_at < 0 and start < len(asked):
+        start, first_unknown, stopped_at = _walk_held(registered.states, asked, first_window)
+    limit = len(asked)
+    if first_unknown >= 0 and first_window != ALL:
+        limit = min(limit, window_end(first_window, first_unknown))
+    if stopped_at < 0 and start < limit:
         try:
-            first_unknown, stopped_at = _walk_table(core, asked, start, first_unknown, verified, req_id, req_context)
+            first_unknown, stopped_at, limit = _walk_table(
+                core, asked, start, limit, first_unknown, verified, req_id, req_context
+            )
         except KvprobeError:
             raise
         except Exception:
@@ -84,21 +98,24 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
         # The stopping key was looked up too.
         hits = stopped_at if first_unknown < 0 else first_unknown
         return ChainAnswer(hits, True, first_unknown >= 0, stopped_at + 1)
-    looked_up = len(asked)
-    return ChainAnswer(looked_up if first_unknown < 0 else first_unknown, False, first_unknown >= 0, looked_up)
+    # Not stopped: every key up to the limit was looked up, no further.
+    return ChainAnswer(limit if first_unknown < 0 else first_unknown, False, first_unknown >= 0, limit)
 
 
-def _walk_held(held_states: list[ProbeState], asked: list[Any]) -> tuple[int, int, int]:
+def _walk_held(held_states: list[ProbeState], asked: list[Any], first_window: int) -> tuple[int, int, int]:
     """Read the keys the request already holds, in order: ``(end, first_unknown, stopped_at)``.
 
     ``end`` is where the general walk takes over (the first key that is not
-    the listed state's, or the end of the shorter list); ``first_unknown``
-    the first key without a verdict (-1: none); ``stopped_at`` the index of
-    a MISS (-1: none).  Changes nothing.
+    the listed state's, the end of the shorter list, or the end of the first
+    unknown key's window); ``first_unknown`` the first key without a verdict
+    (-1: none); ``stopped_at`` the index of a MISS (-1: none).  Changes
+    nothing.
     """
     first_unknown = -1
-    shorter = min(len(held_states), len(asked))
+    shorter = limit = min(len(held_states), len(asked))
     for end in range(shorter):
+        if end >= limit:
+            return end, first_unknown, -1
         held = held_states[end]
         key = asked[end]
         if held.key is not key and (type(key) is not bytes or held.key != key):
@@ -107,6 +124,8 @@ def _walk_held(held_states: list[ProbeState], asked: list[Any]) -> tuple[int, in
         if verdict is None:
             if first_unknown < 0:
                 first_unknown = end
+                if first_window != ALL:
+                    limit = window_end(first_window, end)
         elif not verdict:
             return end, first_unknown, end
     return shorter, first_unknown, -1
@@ -116,12 +135,16 @@ def _walk_table(
     core: LookupCore,
     asked: list[Any],
     start: int,
+    limit: int,
     first_unknown: int,
     verified: bool,
     req_id: str,
     req_context: HasReqId,
-) -> tuple[int, int]:
-    """Look up ``asked[start:]`` in the table, one Lookup each: ``(first_unknown, stopped_at)``.
+) -> tuple[int, int, int]:
+    """Look up ``asked[start:limit]`` in the table, one Lookup each: ``(first_unknown, stopped_at, limit)``.
+
+    The returned ``limit`` is where the walk ended if it met no MISS: the
+    given one, or the end of the window of the first unknown key met here.
 
     Raises:
         InvalidInputError: a key is not exactly ``bytes`` (checked before the
@@ -131,11 +154,14 @@ def _walk_table(
     stopped_at = -1
     joins = reuses = 0
     pending = PENDING
+    first_window = core.chain_window
     # Tables and lists are called through their methods, not bound methods
     # held in locals: Python 3.11 specialises ``list.append`` and
     # ``dict.get`` calls, and a compiled build calls them in C directly.
     states = core.states
     for looked in range(start, len(asked)):
+        if looked >= limit:
+            break  # past the window: not looked up
         key = asked[looked]
         state = states.get(key)
         if state is not None and req_id in state.waiters:
@@ -153,21 +179,22 @@ def _walk_table(
                 registered_states = request.states
             if state is None:
                 core._new_probe(key, request)
-                if first_unknown < 0:
-                    first_unknown = looked
-                continue
-            # Another request joins the probe (its phase does not change).
-            state.waiters.add(req_id)
-            phase = state.phase
-            if phase is pending:
-                joins += 1
-            elif phase is IN_FLIGHT:
-                reuses += 1
-            registered_states.append(state)
-            verdict = state.verdict
+                verdict = None
+            else:
+                # Another request joins the probe (its phase does not change).
+                state.waiters.add(req_id)
+                phase = state.phase
+                if phase is pending:
+                    joins += 1
+                elif phase is IN_FLIGHT:
+                    reuses += 1
+                registered_states.append(state)
+                verdict = state.verdict
         if verdict is None:
             if first_unknown < 0:
                 first_unknown = looked
+                if first_window != ALL:
+                    limit = min(limit, window_end(first_window, looked))
         elif not verdict:
             stopped_at = looked
             break
@@ -175,4 +202,4 @@ def _walk_table(
         stats = core._stats
         stats.joins += joins
         stats.in_flight_reuses += reuses
-    return first_unknown, stopped_at
+    return first_unknown, stopped_at, limit

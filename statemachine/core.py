@@ -6,7 +6,7 @@ public methods are the TLA+ model's scheduler actions (``tla/KVProbe.tla``)::
     lookup      Lookup      flush       Flush
     drain       Drain       cleanup     Cleanup
     mark_miss   MarkMiss    shutdown    Shutdown
-    lookup_chain       Lookup of each key in order, up to the first MISS
+    lookup_chain       Lookup of each key in order, up to the first MISS, window by window
     fail_outstanding   Drain of a WORKER_DIED failure for every open group
 
 The worker actions (take a batch, complete a group, fail a group, time out)
@@ -74,6 +74,7 @@ from kvprobe.statemachine.types import (
     Stats,
     is_death_marker,
 )
+from kvprobe.statemachine.windows import ALL
 
 _C = TypeVar("_C")
 
@@ -147,6 +148,11 @@ class LookupCore:
         self._last_generation = 0
         self._batch_ids = itertools.count(1)
         self._group_ids = itertools.count(1)
+        #: The first window of :meth:`lookup_chain`'s walk, in keys (windows
+        #: then double); ``windows.ALL`` (0): one window, every key.  A bare
+        #: core walks the whole chain; ``AsyncLookupManager(chain_window=...)``
+        #: checks the value it sets (default ``windows.DEFAULT_CHAIN_WINDOW``).
+        self.chain_window: int = ALL
 
     @property
     def stats(self) -> Stats:
@@ -247,14 +253,18 @@ class LookupCore:
         request.states.append(state)
 
     def lookup_chain(self, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
-        """The Lookup action of each key in order, stopping after the first known MISS.
+        """The Lookup action of each key in order, stopping at the first known MISS or the window's end.
 
         Exactly the sequence ``lookup(keys[0], req_context)``,
         ``lookup(keys[1], req_context)``, ... up to and including the first
-        key whose verdict is False; keys after it are not looked up (no
-        state, no probe, no backend work).  Published results are applied
-        once, before the first key (a result published while the walk runs
-        is applied by the next call, as if it had arrived after the walk).
+        key whose verdict is False, and no further than the end of the
+        window (:mod:`kvprobe.statemachine.windows`, first window
+        :attr:`chain_window`) of the first key whose verdict is unknown:
+        a window's keys are submitted only once every key before the window
+        is known stored.  Keys not looked up get no state, no probe, no
+        backend work.  Published results are applied once, before the first
+        key (a result published while the walk runs is applied by the next
+        call, as if it had arrived after the walk).
 
         Raises:
             InvalidInputError: ``keys`` is not a sequence of keys (a single

@@ -37,6 +37,7 @@ from kvprobe.statemachine.types import (
     WrongThreadError,
 )
 from kvprobe.statemachine.weak_backend import BackendAnchor, WeakBackend
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, chain_window_size, window_name
 from kvprobe.statemachine.workers import (
     DEFAULT_CONCURRENT_GROUPS,
     DEFAULT_HOLD_S,
@@ -86,6 +87,11 @@ class AsyncLookupManager:
         trace: a callable receiving one dict per model action (see
             :mod:`kvprobe.statemachine.trace`).
         shutdown_timeout_s: how long ``shutdown`` waits for the worker thread.
+        chain_window: how many keys ``lookup_chain`` probes first (then
+            twice as many per window, each window only once every key before
+            it is known stored; see :mod:`kvprobe.statemachine.windows`), or
+            ``"all"``: every key up to the first known miss at once (fewest
+            steps to an answer, most backend checks).
 
     A manager dropped without ``shutdown`` stops its worker when it is
     garbage-collected (its threads end once their calls return), even when
@@ -100,8 +106,9 @@ class AsyncLookupManager:
             argument is not a number.  Nothing was started.
         InvalidValueError: a timeout is not positive or above
             ``threading.TIMEOUT_MAX``, ``busy_call_hold_s`` is negative, a
-            count is below 1, or ``worker`` is an unknown string.  Nothing
-            was started.
+            count is below 1, ``worker`` is an unknown string, or
+            ``chain_window`` is below 1 or a string other than ``"all"``.
+            Nothing was started.
     """
 
     #: The core implementation; the test suite's mutants override this.
@@ -120,6 +127,7 @@ class AsyncLookupManager:
         checked: bool = False,
         trace: TraceSink | None = None,
         shutdown_timeout_s: float = 5.0,
+        chain_window: int | Literal["all"] = DEFAULT_CHAIN_WINDOW,
     ) -> None:
         if not callable(getattr(backend, "batch_lookup", None)):
             raise InvalidInputError(
@@ -133,6 +141,7 @@ class AsyncLookupManager:
         check_count("max_stuck_calls", max_stuck_calls)
         check_count("max_concurrent_groups", max_concurrent_groups)
         check_hold("busy_call_hold_s", busy_call_hold_s)
+        first_window = chain_window_size(chain_window)
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
         if isinstance(worker, str):
@@ -150,6 +159,7 @@ class AsyncLookupManager:
         self.lookup_timeout_s = lookup_timeout_s
         self._shutdown_timeout_s = shutdown_timeout_s
         self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
+        self._core.chain_window = first_window
         if worker == "thread":
             self.worker: Worker = ThreadedWorker(
                 name=name,
@@ -204,14 +214,17 @@ class AsyncLookupManager:
             self._check()
 
     def lookup_chain(self, keys: Sequence[Key], req_context: HasReqId) -> ChainAnswer:
-        """Look up a request's ordered keys, stopping after the first known MISS.
+        """Look up a request's ordered keys, stopping at the first known MISS or the window's end.
 
         Exactly ``lookup(key, req_context)`` for each key in order, up to and
-        including the first whose verdict is False; the keys after it are not
-        looked up (no state, no probe, no backend work).  The answer holds
-        ``leading_hits`` (keys known stored before the first that is not),
-        ``stopped_at_miss``, ``pending`` (some key before the stop is not
-        known yet: ask again next step) and ``looked_up``.
+        including the first whose verdict is False, and no further than the
+        end of the window of the first key whose verdict is unknown: the
+        first call probes the first ``chain_window`` keys, and each later
+        window (twice the size of the one before) is probed only once every
+        key before it is known stored.  Keys not looked up get no state, no
+        probe, no backend work.  The answer holds ``leading_hits`` (keys
+        known stored before the first that is not), ``stopped_at_miss``,
+        ``pending`` (not decided yet: ask again next step) and ``looked_up``.
 
         Raises:
             InvalidInputError: ``keys`` is not a sequence of ``bytes``, or
@@ -226,6 +239,11 @@ class AsyncLookupManager:
             return self._core.lookup_chain(keys, req_context)
         finally:
             self._check()
+
+    @property
+    def chain_window(self) -> int | str:
+        """The first window of ``lookup_chain`` (keys), or ``"all"``."""
+        return window_name(self._core.chain_window)
 
     def flush(self) -> None:
         """End of step: submit this step's pending probes to the worker.

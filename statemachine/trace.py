@@ -31,7 +31,11 @@ worker action:
 =================  ===========================================================
 
 ``lookup_chain`` emits one ``Lookup`` event per key it looked up (a chain is
-a sequence of Lookup actions).  Every event has ``seq`` (0, 1, ...).
+a sequence of Lookup actions), each with two more fields: ``index`` (the
+key's position in the chain, 0 for the walk's first key: the events of one
+walk are consecutive, indices 0, 1, ...) and ``window`` (the walk's first
+window, or ``"all"``), so that a checker can tell whether the walk was
+allowed to look that key up.  Every event has ``seq`` (0, 1, ...).
 Scheduler events also have ``size`` (states held after the action),
 ``after`` (for each key the action touched, its state afterwards:
 ``{key, phase, gen, verdict, waiters}``, phase ``ABSENT`` and gen 0 when no
@@ -77,6 +81,7 @@ from kvprobe.statemachine.types import (
     ProbeGroup,
     is_death_marker,
 )
+from kvprobe.statemachine.windows import window_name
 
 __all__ = [
     "WORKER_ACTIONS",
@@ -261,7 +266,8 @@ class TracingCore(LookupCore):
             states = self.states
             size = len(states) - len(created)
             req = req_context.req_id
-            for key in list(keys)[: answer.looked_up]:
+            window = window_name(self.chain_window)
+            for index, key in enumerate(list(keys)[: answer.looked_up]):
                 state = states[key]
                 if id(state) in created:
                     created.discard(id(state))
@@ -275,6 +281,8 @@ class TracingCore(LookupCore):
                     req=req,
                     verdict=state.verdict,
                     phase=None if phase is None else phase.value,
+                    index=index,
+                    window=window,
                 )
             return answer
 

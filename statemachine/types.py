@@ -59,22 +59,34 @@ class ChainAnswer:
     """What one ``lookup_chain`` call learned about a request's ordered keys.
 
     The walk looks the keys up in order and stops after the first key whose
-    verdict is False; keys after it are not looked up.
+    verdict is False; it also stops at the end of the window of the first
+    key whose verdict is unknown (the windows grow: see
+    :mod:`kvprobe.statemachine.windows`).  Keys after a stop are not looked
+    up.  Every key counted as stored has a verdict True that the backend
+    gave for that key.
 
     Attributes:
         leading_hits: how many keys, from the first, are known stored (the
-            count stops at the first key that is not known stored).
+            count stops at the first key that is not known stored).  Once
+            :attr:`decided`, the stored prefix is exactly this long.
         stopped_at_miss: the walk met a key known NOT stored and looked up
             nothing after it.
         pending: some key before the stop is not known yet (its probe is
-            pending or in flight): ask again next step.
-        looked_up: how many keys were looked up (the stopping key included).
+            pending or in flight, or its window was not probed yet): ask
+            again next step.
+        looked_up: how many keys were looked up (the stopping key included;
+            keys past the current window are not counted).
     """
 
     leading_hits: int
     stopped_at_miss: bool
     pending: bool
     looked_up: int
+
+    @property
+    def decided(self) -> bool:
+        """The stored prefix is known: ``leading_hits`` keys, then a miss or the chain's end."""
+        return not self.pending
 
 
 class KvprobeError(Exception):

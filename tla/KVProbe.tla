@@ -116,10 +116,19 @@ VARIABLES
     \* its answers (CompleteGroup), never where the worker publishes:
     backendHit \* SUBSET Probe: the probes a call answered "stored" for, in time
 
+\* The chain walk's history (block "The chain walk" below): what walks did,
+\* written by the Lookups of walks, read only by the chain's invariants.
+VARIABLES
+    chainPastMiss,  \* a walk looked a key up after a key of its chain was known NOT stored
+    chainAhead,     \* a walk looked a key up while a key before that key's window was not known stored
+    chainUntoldHit  \* a walk found a key stored that no backend call had answered stored
+
+chainHistory == <<chainPastMiss, chainAhead, chainUntoldHit>>
+
 sched == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down, out>>
 worker == <<wstate, subq, taken, stuck, resq>>
 history == <<forced, told, sent, sentIn, applied, stale, moot, deaths, backendHit>>
-vars == <<sched, worker, history>>
+vars == <<sched, worker, history, chainHistory>>
 
 -----------------------------------------------------------------------------
 (* Helpers *)
@@ -146,9 +155,63 @@ Coming ==
 GensIn(S, k) == {p[2] : p \in {q \in UNION {G.probes : G \in S} : q[1] = k}}
 
 -----------------------------------------------------------------------------
+(* The chain walk (lookup_chain, statemachine/chain.py)                     *)
+(*                                                                         *)
+(* A walk of request r's chain is a sequence of Lookups, one per key, in   *)
+(* chain order.  Every Lookup is made either on its own or by a walk; a    *)
+(* walk may look up the key at position i only if it looked up every      *)
+(* earlier key, none of them is known NOT stored (it stops at the first    *)
+(* miss), and every key before i's window is known stored (a window is     *)
+(* probed only once the keys before it all answered stored).  The windows *)
+(* hold FirstWindow keys, then twice as many each (statemachine/windows.py).*)
+(* Chain is empty here (no walk); the chain configs put one in its place.  *)
+
+\* The chain every request walks (a sequence of distinct keys; none here).
+Chain == <<>>
+
+\* How many keys the first window holds (the others double).
+FirstWindow == 1
+
+\* Where the window holding position i starts: with a first window of F
+\* keys, window e holds positions F * (2^e - 1) + 1 .. F * (2^(e+1) - 1).
+WindowStart(i) ==
+    CHOOSE s \in {FirstWindow * (2^e - 1) + 1 : e \in 0..Len(Chain)} : s <= i /\ i < 2 * s - 1 + FirstWindow
+
+\* The walk of r reached position i: r waits on every earlier key of the chain.
+ChainReached(r, i) == \A j \in 1..(i - 1) : r \in waiters[Chain[j]]
+
+\* The walk stops at the first key known NOT stored.
+ChainNoMissBefore(i) == \A j \in 1..(i - 1) : verdict[Chain[j]] # "miss"
+
+\* A window is probed only once every key before it is known stored.
+ChainWindowOpen(i) == \A j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] = "hit"
+
+\* What the walk reports for the key it looked up: stored iff its verdict is a hit.
+ChainFindsStored(k) == verdict[k] = "hit"
+
+ChainInit == chainPastMiss = FALSE /\ chainAhead = FALSE /\ chainUntoldHit = FALSE
+
+\* A Lookup's part in the walks (a conjunct of Lookup, after its other
+\* parts): on its own, it leaves the walks' history alone; by r's walk at a
+\* position i holding k, it must be allowed, and the history records what
+\* the table said of the chain's earlier keys then, and whether the key the
+\* walk found stored was answered stored by a backend call (backendHit) and
+\* not forced.
+ChainStep(k, r) ==
+    \/ UNCHANGED chainHistory
+    \/ \E i \in DOMAIN Chain :
+          /\ Chain[i] = k
+          /\ ChainReached(r, i) /\ ChainNoMissBefore(i) /\ ChainWindowOpen(i)
+          /\ chainPastMiss' = (chainPastMiss \/ \E j \in 1..(i - 1) : verdict[Chain[j]] = "miss")
+          /\ chainAhead' = (chainAhead \/ \E j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # "hit")
+          /\ chainUntoldHit' = (chainUntoldHit \/
+                                (ChainFindsStored(k) /\ (<<k, gen'[k]>> \notin backendHit \/ forced[k])))
+
+-----------------------------------------------------------------------------
 (* Initial state *)
 
 Init ==
+    /\ ChainInit
     /\ phase = [k \in Keys |-> ABSENT]
     /\ gen = [k \in Keys |-> NoGen]
     /\ waiters = [k \in Keys |-> {}]
@@ -214,6 +277,7 @@ Lookup(k, r) ==
     /\ LookupReady
     /\ r \notin waiters[k]
     /\ LookupNew(k, r) \/ LookupJoin(k, r)
+    /\ ChainStep(k, r)
     /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
     /\ UNCHANGED <<verdict, open, down, worker, history>>
 
@@ -240,6 +304,7 @@ ProbePhaseOf(e) == IF gen[e[1]] = e[2] THEN phase[e[1]] ELSE ABSENT
 FlushOwners(entries) == [entries -> Reqs]
 
 Flush ==
+    /\ UNCHANGED chainHistory
     /\ ~down
     /\ Drained
     /\ CanSubmit
@@ -311,6 +376,7 @@ OutcomeSource(o, k) ==
 \*   reclaimed state, an already RESOLVED state (a late answer after a
 \*   timeout, or a result racing a MarkMiss).
 Drain ==
+    /\ UNCHANGED chainHistory
     /\ ~down
     /\ resq # <<>>
     /\ LET o == Head(resq)
@@ -341,6 +407,7 @@ Drain ==
 \* The manager notices a dead worker (its marker drained) and starts a fresh
 \* one, with an empty queue, at its next flush or drain_results.
 Revive ==
+    /\ UNCHANGED chainHistory
     /\ ~down
     /\ wstate = DEAD
     /\ resq = <<>>
@@ -361,6 +428,7 @@ RequestsAfterCleanup(r) == [requests EXCEPT ![r] = {}]
 \* Request r finished: it stops waiting on every key, and a state nobody
 \* waits on any more is reclaimed if its phase is one of CleanupReclaims.
 Cleanup(r) ==
+    /\ UNCHANGED chainHistory
     /\ ~down
     /\ requests[r] # {}
     /\ LET ks == requests[r]
@@ -397,6 +465,7 @@ MarkMissForces(k) == MarkMissHonours(k)
 \* without a state are ignored.  In the vllm flavour only RESOLVED keys are
 \* forced: a PENDING or IN_FLIGHT probe's own outcome lands.
 MarkMiss(ks) ==
+    /\ UNCHANGED chainHistory
     /\ ~down
     /\ ks # {}
     /\ \A k \in ks : Live(k)
@@ -421,6 +490,7 @@ MarkMiss(ks) ==
 \* calls it had started may still finish and publish (nothing drains them).
 \* History is kept: the invariants go on checking the states after it.
 Shutdown ==
+    /\ UNCHANGED chainHistory
     /\ ~down
     /\ down' = TRUE
     /\ phase' = [k \in Keys |-> ABSENT]
@@ -442,6 +512,7 @@ Shutdown ==
 (* (and the history of what the worker said).                             *)
 
 TakeBatch ==
+    /\ UNCHANGED chainHistory
     /\ wstate = UP
     /\ subq # <<>>
     /\ taken' = taken \cup Head(subq)
@@ -453,6 +524,7 @@ TakeBatch ==
 \* Publish the first outcome of a taken group G (up, or stopped: a call in
 \* progress when the worker stopped may still finish).
 Publish(G, kind, ans) ==
+    /\ UNCHANGED chainHistory
     /\ wstate # DEAD
     /\ G \in taken
     /\ resq' = Append(resq, Outcome(G, kind, ans, FALSE))
@@ -505,6 +577,7 @@ SaturateOf(G) ==
 \* A stuck call returns: its answer is published marked late (also after the
 \* worker died or stopped: the call's thread outlives it).
 LateAnswerOf(G, ans) ==
+    /\ UNCHANGED chainHistory
     /\ G \in stuck
     /\ resq' = Append(resq, Outcome(G, "ok", ans, TRUE))
     /\ stuck' = stuck \ {G}
@@ -515,6 +588,7 @@ LateAnswerOf(G, ans) ==
 \* The dispatcher ends: queued and taken groups are lost, stuck calls may
 \* still answer late, and the death marker is published.
 Die ==
+    /\ UNCHANGED chainHistory
     /\ wstate = UP
     /\ deaths < MaxDeaths
     /\ wstate' = DEAD
@@ -689,6 +763,21 @@ AfterShutdownEmpty ==
             /\ \A r \in Reqs : requests[r] = {}
             /\ batch = {} /\ subq = <<>> /\ open = {}
             /\ wstate = STOPPED
+
+\* --- The chain walk's invariants (tla/chain.cfg) ---
+
+ChainTypeOK == chainHistory \in BOOLEAN \X BOOLEAN \X BOOLEAN
+
+\* No walk ever looked up a key after a key of its chain known NOT stored.
+ChainStopsAtMiss == ~chainPastMiss
+
+\* No walk ever looked up a key of a window while a key before that window
+\* was not known stored.
+ChainWindowWaits == ~chainAhead
+
+\* Every key a walk found stored was answered stored by a backend call for
+\* that generation (backendHit), and not forced.
+ChainHitsAnswered == ~chainUntoldHit
 
 -----------------------------------------------------------------------------
 (* Invariants that pin an output or a verdict to what happened elsewhere   *)

@@ -122,6 +122,7 @@ LeavesInFlight(k) == IF phase[k] = IN_FLIGHT THEN IN_FLIGHT ELSE RESOLVED
 \* The worker drops a group it holds: nothing is published, so the group's
 \* probes stay IN_FLIGHT.
 PublishesNothing(G) ==
+    /\ UNCHANGED chainHistory
     /\ wstate # DEAD
     /\ G \in taken
     /\ taken' = taken \ {G}
@@ -179,5 +180,22 @@ PublishesWhenIdle(G, ans) ==
     /\ Publish(G, "ok", ans)
     /\ taken' = {}
     /\ UNCHANGED stuck
+
+-----------------------------------------------------------------------------
+(* The chain walk (tla/chain.cfg) *)
+
+\* window-skips-ahead: a walk probes the next window once the keys before
+\* the window it is in answered stored, not waiting for that window.
+WindowOpenEarly(i) ==
+    IF WindowStart(i) = 1 THEN TRUE
+    ELSE \A j \in 1..(WindowStart(WindowStart(i) - 1) - 1) : verdict[Chain[j]] = "hit"
+
+\* probe-after-miss: a walk finishes the window it is in after meeting a
+\* key known NOT stored.
+NoMissBeforeWindow(i) == \A j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # "miss"
+
+\* window-presumed-stored: a walk reports the keys of a window not answered
+\* yet as stored.
+FindsUnansweredStored(k) == verdict[k] \in {"hit", "none"}
 
 =============================================================================

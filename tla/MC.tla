@@ -6,6 +6,13 @@ EXTENDS KVProbe, TLC
 \* invariants only: configs that check EventuallyReclaimed do not use it.
 Symmetry == Permutations(Keys) \cup Permutations(Reqs)
 
+\* The chain walk's configs: every key in one chain (in the order CHOOSE
+\* picks), and symmetry over requests only (the chain orders the keys).
+ChainOfKeys == CHOOSE c \in [1..Cardinality(Keys) -> Keys] : Range(c) = Keys
+ReqSymmetry == Permutations(Reqs)
+OneKeyWindow == 1
+TwoKeyWindow == 2
+
 \* The variables the next steps depend on: the history variables (and the
 \* output of the last Lookup) are left out, except deaths, which Die's
 \* guard reads.  No action's guard or effect on the other variables reads

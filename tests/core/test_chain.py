@@ -1,9 +1,10 @@
-"""``lookup_chain`` is exactly the sequence of single lookups, stopping after the first MISS.
+"""``lookup_chain`` is exactly the sequence of single lookups, stopping after the first MISS or the window.
 
 Two managers on equal tiers are driven in lockstep: one asks each request's
 keys with ``lookup_chain``, the other with single ``lookup`` calls stopping
-after the first False.  Answers, tables, counters, backend calls and the
-traces must be equal after every operation.
+after the first False or at the first key its window does not allow yet
+(every key before the key's window known stored).  Answers, tables,
+counters, backend calls and the traces must be equal after every operation.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kvprobe.backends import InMemoryBackend
+from kvprobe.spec.model_chain import refusal
 from kvprobe.statemachine import (
     AsyncLookupManager,
     ChainAnswer,
@@ -29,19 +31,30 @@ KEYS = tuple(bytes([0xA0 + i]) * 8 + i.to_bytes(4, "big") for i in range(6))
 REQS = ("r1", "r2", "r3")
 
 
-def manager(stored: Sequence[bytes], *, trace: list[dict[str, object]] | None = None) -> AsyncLookupManager:
+def manager(
+    stored: Sequence[bytes], *, trace: list[dict[str, object]] | None = None, window: int | str = 16
+) -> AsyncLookupManager:
     return AsyncLookupManager(
         InMemoryBackend(stored),
         worker="manual",
         checked=True,
         trace=None if trace is None else trace.append,
+        chain_window=window,  # type: ignore[arg-type]
     )
 
 
-def single_lookups(m: AsyncLookupManager, keys: Sequence[bytes], ctx: ReqContext) -> ChainAnswer:
-    """The reference: the chain's contract, spelled out with single lookups."""
-    verdicts = []
+def single_lookups(m: AsyncLookupManager, keys: Sequence[bytes], ctx: ReqContext, window: int | str) -> ChainAnswer:
+    """The reference: the chain's contract, spelled out with single lookups.
+
+    Key ``i`` is looked up while no earlier answer was False and every key
+    before ``i``'s window answered True (the reference model's rule); the
+    first key that may not be is where the walk ends.
+    """
+    verdicts: list[bool | None] = []
+    first = None if window == "all" else int(window)
     for key in keys:
+        if refusal(verdicts, first) is not None:
+            break
         verdict = m.lookup(key, ctx)
         verdicts.append(verdict)
         if verdict is False:
@@ -51,6 +64,7 @@ def single_lookups(m: AsyncLookupManager, keys: Sequence[bytes], ctx: ReqContext
         leading += 1
     stopped = bool(verdicts) and verdicts[-1] is False
     before_stop = verdicts[:-1] if stopped else verdicts
+    # A walk cut at a window's end had an unknown key before it: pending, as it says.
     return ChainAnswer(leading, stopped, any(v is None for v in before_stop), len(verdicts))
 
 
@@ -71,8 +85,9 @@ def pump(m: AsyncLookupManager) -> None:
     worker.run_all()
 
 
-def without_seq(events: list[dict[str, object]]) -> list[dict[str, object]]:
-    return [{k: v for k, v in e.items() if k != "seq"} for e in events]
+def without_seq(events: list[dict[str, object]], *also: str) -> list[dict[str, object]]:
+    dropped = {"seq", *also}
+    return [{k: v for k, v in e.items() if k not in dropped} for e in events]
 
 
 OPS = st.lists(
@@ -99,21 +114,26 @@ OPS = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(stored=st.sets(st.sampled_from(KEYS)), ops=OPS)
-def test_chain_equals_single_lookups(stored: set[bytes], ops: list[tuple[Any, ...]]) -> None:
+@given(stored=st.sets(st.sampled_from(KEYS)), ops=OPS, window=st.sampled_from([1, 2, 3, "all"]))
+def test_chain_equals_single_lookups(stored: set[bytes], ops: list[tuple[Any, ...]], window: int | str) -> None:
     chain_events: list[dict[str, object]] = []
     single_events: list[dict[str, object]] = []
-    chained, single = manager(sorted(stored), trace=chain_events), manager(sorted(stored), trace=single_events)
-    plain = manager(sorted(stored))  # the core's walk without the tracing layer
+    chained = manager(sorted(stored), trace=chain_events, window=window)
+    single = manager(sorted(stored), trace=single_events, window=window)
+    plain = manager(sorted(stored), window=window)  # the core's walk without the tracing layer
     try:
         for op in ops:
             if op[0] == "chain":
                 ctx = ReqContext(op[1])
                 keys = [bytes(bytearray(k)) if copied else k for k, copied in op[2]]
+                mark = len(chain_events)
                 got = chained.lookup_chain(keys, ctx)
                 assert plain.lookup_chain(keys, ctx) == got
-                want = single_lookups(single, keys, ctx)
+                want = single_lookups(single, keys, ctx, window)
                 assert got == want, (op, got, want)
+                # The walk's events say where each key is in the chain, and the window.
+                walk = [(e["index"], e["window"]) for e in chain_events[mark:] if e["action"] == "Lookup"]
+                assert walk == [(i, window) for i in range(got.looked_up)]
             else:
                 for m in (chained, single, plain):
                     if op[0] == "flush":
@@ -126,8 +146,8 @@ def test_chain_equals_single_lookups(stored: set[bytes], ops: list[tuple[Any, ..
                         m.mark_miss(op[1])
             assert table(chained) == table(single) == table(plain), op
             assert chained.backend.calls == single.backend.calls == plain.backend.calls  # type: ignore[attr-defined]
-        # The chain's trace is the single lookups' trace, event for event.
-        assert without_seq(chain_events) == without_seq(single_events)
+        # The chain's trace is the single lookups' trace, event for event (plus the walk's fields).
+        assert without_seq(chain_events, "index", "window") == without_seq(single_events)
     finally:
         for m in (chained, single, plain):
             m.shutdown()

@@ -2,7 +2,12 @@
 
 Each mutant core gets one defect of the walk; the shipped machine
 (:func:`kvprobe.testing.stateful.lookup_machine`, manual worker) must fail on
-every one, derandomized so the figure is stable (5 of 5 when written).
+every one, derandomized so the figure is stable (8 of 8 when written).  The
+machine walks with a first window of one key, so the window rule is in play
+on its short chains.
+
+The window mutants change the walk itself (their extra keys are the walk's:
+traced with their chain index), as a defect of the walk would.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvprobe.statemachine import AsyncLookupManager, ChainAnswer, HasReqId, LookupCore
+from kvprobe.statemachine.windows import window_end
 from kvprobe.testing.stateful import lookup_machine
 
 
@@ -57,7 +63,46 @@ class JoinsNotCounted(LookupCore):
         return answer
 
 
+class WindowSkipsAhead(LookupCore):
+    """Submits the next window while the current one is still unanswered (one window ahead)."""
+
+    def lookup_chain(self, keys: Sequence[bytes], req_context: HasReqId) -> ChainAnswer:
+        a = super().lookup_chain(keys, req_context)
+        if not a.pending or a.stopped_at_miss or a.looked_up >= len(keys):
+            return a
+        ahead = list(keys)[a.looked_up : window_end(self.chain_window, a.looked_up)]
+        for key in ahead:
+            LookupCore.lookup(self, key, req_context)
+        return ChainAnswer(a.leading_hits, False, True, a.looked_up + len(ahead))
+
+
+class ProbeAfterMiss(LookupCore):
+    """Finishes the window it is in after meeting a known miss (probes the keys after it)."""
+
+    def lookup_chain(self, keys: Sequence[bytes], req_context: HasReqId) -> ChainAnswer:
+        a = super().lookup_chain(keys, req_context)
+        if not a.stopped_at_miss:
+            return a
+        rest = list(keys)[a.looked_up : window_end(self.chain_window, a.looked_up - 1)]
+        for key in rest:
+            LookupCore.lookup(self, key, req_context)
+        return ChainAnswer(a.leading_hits, True, a.pending, a.looked_up + len(rest))
+
+
+class PresumesWindowStored(LookupCore):
+    """Counts the keys of an unanswered window as stored (as an inferring walk might)."""
+
+    def lookup_chain(self, keys: Sequence[bytes], req_context: HasReqId) -> ChainAnswer:
+        a = super().lookup_chain(keys, req_context)
+        if a.pending and not a.stopped_at_miss:
+            return ChainAnswer(a.looked_up, False, True, a.looked_up)
+        return a
+
+
 MUTANTS = [
+    WindowSkipsAhead,
+    ProbeAfterMiss,
+    PresumesWindowStored,
     WalksPastTheMiss,
     CountsWithoutTheStoppingKey,
     HitsCountedPastAnUnknownKey,

@@ -90,6 +90,7 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
         stale_applied=ghosts.stale_applied,
         forced=frozenset(ghosts.forced),
         moot=frozenset(ghosts.moot),
+        chain_asks=tuple(ghosts.chain_asks),
     )
 
 

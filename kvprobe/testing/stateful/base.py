@@ -49,6 +49,8 @@ class MachineOptions:
     round_trips: int
     budget_s: float | None
     max_stuck: int
+    #: The first windows a chain walk is drawn with (``windows.ALL``: one window); empty: the manager's own.
+    chain_windows: tuple[int, ...] = ()
 
     @property
     def manual(self) -> bool:

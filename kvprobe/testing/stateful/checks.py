@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hypothesis.stateful import invariant
 
-from kvprobe.spec import model
+from kvprobe.spec import model, model_chain
 from kvprobe.statemachine import ManualWorker
 from kvprobe.testing.stateful.abstraction import (
     COMPARED,
@@ -67,6 +67,9 @@ class Checks(MachineBase):
         "ForcedMissSticks",
         "ReverseIndexConsistent",
         "NothingLeaks",
+        "ChainStopsAtMiss",
+        "ChainWindowWaits",
+        "ChainHitsAnswered",
         "steer",
         "conforms_to_reference",
         "TierAnswersWellFormed",
@@ -111,6 +114,27 @@ class Checks(MachineBase):
 
     def NothingLeaks(self) -> None:
         self._check("NothingLeaks")
+
+    # The chain walk's invariants (kvprobe.spec.model_chain), on the model and on the
+    # implementation (its history recorded from the walks' trace events).  Counted hits
+    # are checked on the implementation by LookupChain itself (its answer against the
+    # model's record of the backend's answers).
+
+    def _check_chain(self, name: str, real: bool = True) -> None:
+        holds = model_chain.CHAIN_INVARIANTS[name]
+        assert holds(self.s), f"{name} broken by the reference model itself"
+        if real:
+            broken = [a for a in self._real().chain_asks if not holds(model.State(chain_asks=(a,)))]
+            assert not broken, f"{name} broken by the implementation: {broken[0]}"
+
+    def ChainStopsAtMiss(self) -> None:
+        self._check_chain("ChainStopsAtMiss")
+
+    def ChainWindowWaits(self) -> None:
+        self._check_chain("ChainWindowWaits")
+
+    def ChainHitsAnswered(self) -> None:
+        self._check_chain("ChainHitsAnswered", real=False)
 
     def steer(self) -> None:
         """Guide generation toward the interleavings where the lifecycle is subtle.

@@ -14,6 +14,8 @@ import json
 from typing import Any
 
 from kvprobe.spec import LookupPhase
+from kvprobe.spec.model_chain import window_start
+from kvprobe.spec.model_state import ChainAsk
 from kvprobe.spec.replay import TraceChecker
 from kvprobe.statemachine import LookupCore
 
@@ -58,6 +60,10 @@ class GhostRecorder:
         self._open: list[dict[str, Any]] = []
         #: Whether events are still recorded and checked (off for the final teardown).
         self.checking = True
+        #: The chain walks' Lookups as they happened (model_chain's ChainAsk each), and the
+        #: walk being recorded: its request and the verdicts its events reported so far.
+        self.chain_asks: list[ChainAsk] = []
+        self._walk: tuple[str, list[bool | None]] | None = None
 
     def bind(self, core: LookupCore) -> None:
         """Watch ``core``'s table (the manager's, once it exists; events before are only recorded)."""
@@ -110,11 +116,33 @@ class GhostRecorder:
                     self.forced.add((bytes.fromhex(hexkey), was[1]))
                     if was[0] is LookupPhase.IN_FLIGHT:
                         self.moot.add((bytes.fromhex(hexkey), was[1]))
+        self._record_chain_walk(event)
         self._before = after
         if "open" in event:
             self._open = event["open"]  # type: ignore[assignment]
         # Validate the trace as it grows: the first divergence fails the step that caused it.
         self.checker.feed(event)
+
+    def _record_chain_walk(self, event: dict[str, object]) -> None:
+        """A chain walk's Lookup: record what the walk's earlier keys were answered when it asked.
+
+        The events of one walk are consecutive (indices 0, 1, ...); each
+        reports the verdict the walk got for its key, which no later Lookup
+        of the same walk changes (nothing is drained mid-walk).
+        """
+        index = event.get("index")
+        if event["action"] != "Lookup" or not isinstance(index, int):
+            self._walk = None
+            return
+        req = str(event["req"])
+        if index == 0 or self._walk is None or self._walk[0] != req:
+            self._walk = (req, [])
+        before = self._walk[1]
+        window = event.get("window")
+        start = window_start(window if isinstance(window, int) else None, index)
+        self.chain_asks.append(ChainAsk(req, bytes.fromhex(str(event["key"])), index, start, tuple(before)))
+        verdict = event.get("verdict")
+        before.append(verdict if isinstance(verdict, bool) else None)
 
     def _dead_worker_drain(
         self,

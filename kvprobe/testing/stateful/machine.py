@@ -20,6 +20,7 @@ from typing import Any, cast
 from hypothesis.stateful import RuleBasedStateMachine
 
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker
+from kvprobe.statemachine.windows import chain_window_size
 from kvprobe.testing.stateful.base import RECIPE_ATTRIBUTE, MachineOptions, RuleRecipe
 from kvprobe.testing.stateful.checks import Checks
 from kvprobe.testing.stateful.faults import Faults
@@ -46,6 +47,7 @@ def lookup_machine(
     round_trips: int = 0,
     budget_s: float | None = None,
     max_stuck: int = 1,
+    chain_windows: Sequence[int | str] | None = (1, 2),
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -75,10 +77,20 @@ def lookup_machine(
             ``max_stuck``): while this many calls are stuck, the ``Saturate``
             rule may fail a running group as SATURATED.  One makes Saturate
             reachable after a single TimeOut.
+        chain_windows: the first windows of the manager's ``lookup_chain``
+            walks to draw from, one per walk (``"all"``: one window); it is
+            set on the manager's core before the walk (so every manager
+            class, a drop-in's too, is driven alike).  None keeps the
+            manager's own.  The default, 1 or 2, puts the window rule in
+            play on the short chains the machine draws: with 1, a window
+            opens at the second key; with 2, a miss can precede a key of
+            its own window.
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``, or
             ``max_stuck`` is not a positive int.
+        InvalidInputError, InvalidValueError: one of ``chain_windows`` is a
+            window the manager would refuse.
     """
     if worker not in ("manual", "thread"):
         raise ValueError(f"worker must be 'manual' or 'thread', got {worker!r}")
@@ -96,6 +108,7 @@ def lookup_machine(
         round_trips=round_trips,
         budget_s=budget_s,
         max_stuck=max_stuck,
+        chain_windows=() if chain_windows is None else tuple(chain_window_size(w) for w in chain_windows),
     )
     name = f"LookupMachine_{manager_class.__name__}_{worker}"
     namespace: dict[str, Any] = {"options": options, "last_effects": [], "__qualname__": name}

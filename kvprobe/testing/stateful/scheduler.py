@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from kvprobe.spec import model
+from kvprobe.spec import model, model_chain
 from kvprobe.statemachine import ManagerClosedError, ReqContext
 from kvprobe.testing.stateful.base import MachineBase, is_open, machine_rule
 from kvprobe.testing.stateful.tier import FAILURES, short_name, shown
@@ -35,31 +35,36 @@ class SchedulerActions(MachineBase):
             f"the model {shown(want)}"
         )
 
-    def LookupChain(self, keys: list[bytes], req: str) -> None:
-        """lookup_chain: the model's Lookup of each key in order, up to and
-        including the first whose verdict is False (each one traced and
-        validated as a Lookup event).
+    def LookupChain(self, keys: list[bytes], req: str, window: int | None = None) -> None:
+        """lookup_chain: the model's walk (kvprobe.spec.model_chain), the Lookup
+        of each key its window rule allows, in order (each one traced and
+        validated as a Lookup event).  Every key the answer counts as
+        stored must hold a verdict a backend call gave (ChainHitsAnswered).
 
         Drawn as an operation of SchedulerStep rather than as a rule of
         its own: a further rule thins out every other rule in a run of
         fixed length (the lying tiers of tests/property were then found
-        only with twice the examples)."""
+        only with twice the examples).  Each walk may have its own first
+        window (``window``, set on the core first; None: the one it has):
+        the window follows from the walk, so nothing else changes."""
+        if window is not None:
+            self.m.core.chain_window = window
+        first = self.m.core.chain_window
         answer = self.m.lookup_chain(keys, ReqContext(req))
-        verdicts: list[bool | None] = []
-        for key in keys:
-            self.s, verdict = model.lookup(self.s, key, req)
-            verdicts.append(verdict)
-            if verdict is False:
-                break
-        stopped = bool(verdicts) and verdicts[-1] is False
-        before_stop = verdicts[:-1] if stopped else verdicts
-        leading = next((i for i, v in enumerate(verdicts) if v is not True), len(verdicts))
-        want = (leading, stopped, None in before_stop, len(verdicts))
+        self.s, want = model_chain.lookup_chain(self.s, keys, req, first or None)
         got = (answer.leading_hits, answer.stopped_at_miss, answer.pending, answer.looked_up)
         assert got == want, (
-            f"lookup_chain({[k.hex() for k in keys]}, {req}) returned {got}, the model {want} "
-            "(leading_hits, stopped_at_miss, pending, looked_up)"
+            f"lookup_chain({[k.hex() for k in keys]}, {req}): the manager answered {got}, the model says {want} "
+            f"(leading_hits, stopped_at_miss, pending, looked_up; first window {first or 'all'})"
         )
+        states = self.m.core.states
+        for key in keys[: answer.leading_hits]:
+            state = states.get(key)
+            gen = -1 if state is None else state.generation
+            assert (key, gen) in self.s.backend_hits and (key, gen) not in self.s.forced, (
+                f"ChainHitsAnswered: lookup_chain counted {short_name(key, self.options.keys)} as stored, "
+                f"but no backend call answered its generation {gen} stored"
+            )
 
     @machine_rule(
         lambda o: {

@@ -32,8 +32,16 @@ __all__ = ["Sequences"]
 def scheduler_ops(o: MachineOptions) -> SearchStrategy[list[tuple[Any, ...]]]:
     """The operations of one scheduler step, as tuples ``(name, *arguments)``."""
     lookup_op = st.tuples(st.just("lookup"), st.sampled_from(o.keys), st.sampled_from(o.reqs))
-    # A chain lookup: a request's keys in order (see LookupChain).
-    chain_op = st.tuples(st.just("chain"), st.lists(st.sampled_from(o.keys), max_size=4), st.sampled_from(o.reqs))
+    # A chain lookup: a request's keys in order, and its first window (see LookupChain).
+    # Half the chains are prefixes of the pool in its order, as prompts share
+    # prefixes: walks of one chain then go on window by window, and past a
+    # miss, across requests.
+    chain_keys = st.one_of(
+        st.integers(1, len(o.keys)).map(lambda n: list(o.keys[:n])),
+        st.lists(st.sampled_from(o.keys), max_size=4),
+    )
+    chain_window = st.sampled_from(o.chain_windows) if o.chain_windows else st.none()
+    chain_op = st.tuples(st.just("chain"), chain_keys, st.sampled_from(o.reqs), chain_window)
     return st.lists(
         # Mostly lookups, as in a real step; cleanup and mark_miss reclaim
         # probes, so too many of them would starve the worker's side.
@@ -74,7 +82,7 @@ class Sequences(SchedulerActions, WorkerActions):
             if op[0] == "lookup":
                 self.Lookup(op[1], op[2])
             elif op[0] == "chain":
-                self.LookupChain(op[1], op[2])
+                self.LookupChain(op[1], op[2], op[3])
             elif op[0] == "cleanup":
                 self.Cleanup(op[1])
             elif op[0] == "set_stored":

@@ -1,0 +1,143 @@
+"""The chain walk (``lookup_chain``) in the reference model: Lookups a window rule allows, and its invariants.
+
+A walk of a request's chain ``keys`` is a sequence of the model's Lookup
+actions (:func:`kvprobe.spec.model.lookup`), one per key, in order.  Which
+keys it may look up is stated here as a rule over what the walk has seen,
+not as the implementation's loop: the key at position ``i`` may be looked
+up only if
+
+* no earlier key of the walk was answered False (the walk stops at the
+  first known miss), and
+* every key before ``i``'s window was answered True (a window's keys are
+  probed only once every key before the window is known stored).
+
+The windows of a first window ``first`` hold ``first``, ``2 first``,
+``4 first``, ... keys; ``first`` None is one window holding every key
+(``chain_window="all"``).  The walk ends at the first key the rule refuses.
+
+History (read only by the invariants below): each Lookup a walk makes is
+recorded as a :class:`~kvprobe.spec.model_state.ChainAsk` with the verdicts
+its earlier keys had at that moment, and each key a walk counts as stored is
+recorded with its generation and whether a forced miss had hit it.  The
+invariants are written over that history, never with :func:`refusal`, the
+rule the walk decides by:
+
+* :func:`ChainStopsAtMiss`: no walk looked a key up after a key of its chain
+  was known NOT stored;
+* :func:`ChainWindowWaits`: no walk looked a key up while a key before that
+  key's window was not known stored;
+* :func:`ChainHitsAnswered`: every key a walk counted as stored was answered
+  stored by a backend call for that generation (``backend_hits``, the
+  backend's own history) and not forced to MISS.
+
+The correct model never breaks them; a state abstracted from a buggy
+implementation (:mod:`kvprobe.testing.stateful`) can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from kvprobe.spec.model import lookup
+from kvprobe.spec.model_state import ChainAsk, Key, ModelError, State, begin
+
+__all__ = [
+    "CHAIN_INVARIANTS",
+    "ChainHitsAnswered",
+    "ChainStopsAtMiss",
+    "ChainWindowWaits",
+    "chain_step",
+    "lookup_chain",
+    "refusal",
+    "window_start",
+]
+
+#: What a walk answers: (leading hits, stopped at a miss, pending, keys looked up), as ``ChainAnswer``.
+Answer = tuple[int, bool, bool, int]
+
+
+def window_start(first: int | None, index: int) -> int:
+    """Where the window holding position ``index`` starts (0 for every key when ``first`` is None)."""
+    if first is None:
+        return 0
+    start, size = 0, first
+    while start + size <= index:
+        start, size = start + size, 2 * size
+    return start
+
+
+def refusal(before: Sequence[bool | None], first: int | None) -> str | None:
+    """Why a walk may not look up its next key, after earlier keys answered ``before``; None if it may."""
+    if False in before:
+        return f"key {before.index(False)} of the walk is known NOT stored"
+    start = window_start(first, len(before))
+    unknown = [i for i, verdict in enumerate(before[:start]) if verdict is not True]
+    if unknown:
+        return f"key {unknown[0]} is not known stored, and it is before the window starting at key {start}"
+    return None
+
+
+def chain_step(
+    s: State, req: str, key: Key, before: Sequence[bool | None], first: int | None
+) -> tuple[State, bool | None]:
+    """One Lookup of a walk: ``key`` at position ``len(before)``, after earlier keys answered ``before``.
+
+    Raises:
+        ModelError: the rule refuses the key (the model has no such step).
+        ModelClosedError: after shutdown.
+    """
+    why = refusal(before, first)
+    if why is not None:
+        raise ModelError(f"a chain walk of {req!r} may not look up position {len(before)}: {why}")
+    ask = ChainAsk(req, key, len(before), window_start(first, len(before)), tuple(before))
+    s, verdict = lookup(s, key, req)
+    return replace(s, chain_asks=(*s.chain_asks, ask)), verdict
+
+
+def lookup_chain(s: State, keys: Sequence[Key], req: str, first: int | None) -> tuple[State, Answer]:
+    """A walk of ``keys`` by ``req``: every key the rule allows, in order, up to the first it refuses.
+
+    Returns the state and the answer ``(leading hits, stopped at a miss,
+    pending, keys looked up)``; the leading hits are recorded as counted.
+    Raises :class:`ModelClosedError` after shutdown (an empty chain too).
+    """
+    begin(s)  # an empty walk looks nothing up, but is refused after shutdown like any action
+    verdicts: list[bool | None] = []
+    for key in keys:
+        if refusal(verdicts, first) is not None:
+            break
+        s, verdict = chain_step(s, req, key, verdicts, first)
+        verdicts.append(verdict)
+    leading = 0
+    while leading < len(verdicts) and verdicts[leading] is True:
+        leading += 1
+    counted = set(s.chain_counted)
+    for key in keys[:leading]:
+        counted.add((key, s.probes[key].gen, (key, s.probes[key].gen) in s.forced))
+    stopped = False in verdicts
+    pending = None in verdicts[: verdicts.index(False) if stopped else len(verdicts)]
+    return replace(s, chain_counted=frozenset(counted)), (leading, stopped, pending, len(verdicts))
+
+
+def ChainStopsAtMiss(s: State) -> bool:
+    """No walk looked up a key after a key of its chain was known NOT stored."""
+    return all(False not in ask.before for ask in s.chain_asks)
+
+
+def ChainWindowWaits(s: State) -> bool:
+    """No walk looked up a key while a key before that key's window was not known stored."""
+    return all(all(v is True for v in ask.before[: ask.window_start]) for ask in s.chain_asks)
+
+
+def ChainHitsAnswered(s: State) -> bool:
+    """Every key a walk counted as stored: a backend call answered its generation stored, and it was not forced."""
+    return all((key, gen) in s.backend_hits and not forced for key, gen, forced in s.chain_counted)
+
+
+#: The chain walk's invariants by name (tla/KVProbe.tla's block "The chain walk", tla/chain.cfg).
+CHAIN_INVARIANTS: dict[str, Callable[[State], bool]] = {
+    "ChainStopsAtMiss": ChainStopsAtMiss,
+    "ChainWindowWaits": ChainWindowWaits,
+    "ChainHitsAnswered": ChainHitsAnswered,
+}

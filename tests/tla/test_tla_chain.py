@@ -1,0 +1,52 @@
+"""The chain walk in the TLA+ model: tla/chain.cfg and chain-window.cfg pass, and TLC catches each chain mutant.
+
+The walk's part of Lookup (KVProbe.tla, block "The chain walk") is inert on
+the other configs (their chain is empty); the chain configs put a chain of
+every key in its place.  Each chain mutant must be reported by the clause
+written against it, on the config kvprobe.tlc_mutants names for it.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from mutant_runs import _cached_run, mutant_run
+
+from kvprobe.tlc import tla_dir
+from kvprobe.tlc_mutants import MUTANT_NAMES, find_mutant, root_module
+
+pytestmark = [pytest.mark.tlc, pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")]
+
+#: The clause that must catch each chain mutant.
+CAUGHT_BY = {
+    "window-skips-ahead": "ChainWindowWaits",
+    "probe-after-miss": "ChainStopsAtMiss",
+    "window-presumed-stored": "ChainHitsAnswered",
+}
+
+
+#: The config each chain mutant is caught on (``kvprobe check --mutant NAME`` picks it).
+CONFIGS = {"window-skips-ahead": "chain", "probe-after-miss": "chain-window", "window-presumed-stored": "chain"}
+
+
+def test_every_chain_mutant_has_its_chain_config_and_a_clause() -> None:
+    assert set(MUTANT_NAMES["chain"]) == set(CAUGHT_BY) == set(CONFIGS)
+    assert {name: find_mutant(name).config for name in CONFIGS} == CONFIGS
+
+
+@pytest.mark.parametrize("config", sorted(set(CONFIGS.values())))
+def test_the_chain_configs_pass(config: str) -> None:
+    text = (tla_dir() / f"{config}.cfg").read_text()
+    assert "Chain <- ChainOfKeys" in text
+    for clause in CAUGHT_BY.values():
+        assert f"    {clause}\n" in text, clause
+    result = _cached_run(tla_dir() / root_module(None), text, 1, ())
+    assert result.outcome == "ok", (result.outcome, result.property, result.errors)
+    assert result.coverage["Lookup"][1] > 0
+
+
+@pytest.mark.parametrize("mutant", sorted(CAUGHT_BY))
+def test_each_chain_mutant_is_caught_by_its_clause(mutant: str) -> None:
+    result = mutant_run(mutant, CAUGHT_BY[mutant])
+    assert (result.outcome, result.property) == ("invariant", CAUGHT_BY[mutant]), result.errors
