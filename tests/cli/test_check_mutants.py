@@ -26,8 +26,8 @@ from test_tla_check import SPEC_CAUGHT_BY
 
 
 def test_the_mutants_are_the_named_and_the_spec_ones() -> None:
-    assert set(KINDS) == {"named", "spec"}
-    assert [m.name for m in MUTANTS] == [*MUTANT_NAMES["named"], *MUTANT_NAMES["spec"]]
+    assert set(KINDS) == {"named", "spec", "chain"}
+    assert [m.name for m in MUTANTS] == [*MUTANT_NAMES["named"], *MUTANT_NAMES["spec"], *MUTANT_NAMES["chain"]]
     assert len(MUTANT_NAMES["named"]) == 7
     assert set(MUTANT_NAMES["spec"]) == set(SPEC_CAUGHT_BY)
 

@@ -65,6 +65,7 @@ def mutant_counts() -> dict[str, int]:
     return {
         "tlc_named": sum(m.kind == "named" for m in MUTANTS),
         "tlc_spec": sum(m.kind == "spec" for m in MUTANTS),
+        "tlc_chain": sum(m.kind == "chain" for m in MUTANTS),
         "core_named": literal_size(ROOT / "tests" / "mutants" / "mutant_cores.py", "MUTANTS"),
         "core_worker_rule": literal_size(ROOT / "tests" / "mutants" / "test_worker_rule_mutants.py", "MUTANTS"),
         "core_chain": literal_size(ROOT / "tests" / "core" / "test_chain_mutants.py", "MUTANTS"),
@@ -170,11 +171,11 @@ def trace_power(text: str) -> list[int]:
 def expected_power(checkers_md: str) -> dict[str, tuple[list[int], list[int]]]:
     """The power table's numbers as the declarations and the measured conform table give them."""
     n = mutant_counts()
-    tlc = n["tlc_named"] + n["tlc_spec"]
+    tlc = n["tlc_named"] + n["tlc_spec"] + n["tlc_chain"]
     cores = n["core_named"] + n["core_worker_rule"] + n["core_chain"]
     tiers = n["lying_tiers"]
     return {
-        "tlc": ([tlc, n["tlc_named"], n["tlc_spec"]], [tlc, tlc]),
+        "tlc": ([tlc, n["tlc_named"], n["tlc_spec"], n["tlc_chain"]], [tlc, tlc]),
         "hypothesis": ([cores, n["core_named"], n["core_worker_rule"], n["core_chain"]], [cores, cores]),
         "kvprobe": ([tiers], [tiers, tiers, *conform_seeds(checkers_md)]),
     }
