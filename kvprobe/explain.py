@@ -138,6 +138,10 @@ VARIABLES: dict[str, tuple[str, Callable[[TlaValue], str]] | None] = {
     "moot": None,
     "deaths": None,
     "backendHit": None,
+    # The chain walk's history (tla/chain.cfg): booleans its invariants read.
+    "chainAhead": None,
+    "chainPastMiss": None,
+    "chainUntoldHit": None,
 }
 
 
