@@ -48,7 +48,7 @@ from typing import Any, Final, TypeVar
 from kvprobe.spec.lifecycle import ABSENT, Phase
 from kvprobe.statemachine.chain import walk_chain
 from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
-from kvprobe.statemachine.inputs import bad_lookup
+from kvprobe.statemachine.inputs import bad_lookup, key_list
 from kvprobe.statemachine.invariants import layout_violations
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import (
@@ -508,22 +508,7 @@ class LookupCore:
                 rather than an iterable of keys, or holds a non-``bytes``
                 element.  Nothing changed.
         """
-        if isinstance(keys, (bytes, bytearray, memoryview, str)):
-            raise InvalidInputError(
-                f"mark_miss() takes an iterable of keys, got a single {type(keys).__name__}; wrap it in a list"
-            )
-        try:
-            keys = list(keys)
-        except TypeError as exc:
-            raise InvalidInputError(f"mark_miss() takes an iterable of keys, got {type(keys).__name__}") from exc
-        except Exception as exc:
-            # The caller's iterable broke while it was read: nothing is applied.
-            raise InvalidInputError(
-                f"mark_miss() could not read its keys: {type(exc).__name__}: {exc}; nothing was marked"
-            ) from exc
-        for key in keys:
-            if type(key) is not bytes:
-                raise InvalidInputError(f"mark_miss() keys must be bytes, got {type(key).__name__}")
+        keys = key_list(keys, "mark_miss")
         states = self.states
         stats = self._stats
         for key in keys:

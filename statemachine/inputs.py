@@ -10,7 +10,7 @@ change something.  The checks that run per call are written for both builds
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from kvprobe.statemachine.rules import COMPILED
@@ -96,3 +96,28 @@ def check_chain_keys(keys: list[Any], start: int) -> None:
     if set(map(type, rest)) != _ONLY_BYTES and rest:
         bad = next(key for key in rest if type(key) is not bytes)
         raise InvalidInputError(f"lookup_chain() keys must be bytes, got {type(bad).__name__}")
+
+
+def key_list(keys: Iterable[Any], caller: str) -> list[Any]:
+    """``keys`` read into a list of ``bytes`` keys, for ``caller`` (``mark_miss`` and the like).
+
+    Raises:
+        InvalidInputError: ``keys`` is a single key or not iterable, raised
+            while it was read, or holds a key that is not ``bytes``.  The
+            caller has changed nothing yet.
+    """
+    if isinstance(keys, (bytes, bytearray, memoryview, str)):
+        raise InvalidInputError(
+            f"{caller}() takes an iterable of keys, got a single {type(keys).__name__}; wrap it in a list"
+        )
+    try:
+        listed = list(keys)
+    except TypeError as exc:
+        raise InvalidInputError(f"{caller}() takes an iterable of keys, got {type(keys).__name__}") from exc
+    except Exception as exc:
+        # The caller's iterable broke while it was read: nothing is applied.
+        raise InvalidInputError(f"{caller}() could not read its keys: {type(exc).__name__}: {exc}") from exc
+    for key in listed:
+        if type(key) is not bytes:
+            raise InvalidInputError(f"{caller}() keys must be bytes, got {type(key).__name__}")
+    return listed

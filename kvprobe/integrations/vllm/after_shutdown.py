@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, key_list, state_snapshot
+from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, state_snapshot
 from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.inputs import key_list
 from kvprobe.statemachine.types import HasReqId, InvalidInputError, Key
 
 __all__ = ["AfterShutdownTable"]

@@ -15,15 +15,13 @@ Changing them changes nothing, and nothing in kvprobe reads them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.records import ProbeState
-from kvprobe.statemachine.types import InvalidInputError, Key
 
-__all__ = ["LookupPhase", "LookupState", "PublishedResults", "key_list", "state_snapshot"]
+__all__ = ["LookupPhase", "LookupState", "PublishedResults", "state_snapshot"]
 
 
 @dataclass(slots=True)
@@ -68,26 +66,3 @@ class PublishedResults:
     def qsize(self) -> int:
         """Published outcomes not applied yet (request groups, not steps)."""
         return len(self._core.inbox)
-
-
-def key_list(keys: Iterable[Key], caller: str) -> list[Key]:
-    """``keys`` read into a list of ``bytes`` keys.
-
-    Raises:
-        InvalidInputError: ``keys`` is a single key or not iterable, raised
-            while it was read, or holds a key that is not ``bytes``.
-    """
-    if isinstance(keys, (bytes, bytearray, memoryview, str)):
-        raise InvalidInputError(
-            f"{caller}() takes an iterable of keys, got a single {type(keys).__name__}; wrap it in a list"
-        )
-    try:
-        listed = list(keys)
-    except TypeError as exc:
-        raise InvalidInputError(f"{caller}() takes an iterable of keys, got {type(keys).__name__}") from exc
-    except Exception as exc:
-        raise InvalidInputError(f"{caller}() could not read its keys: {type(exc).__name__}: {exc}") from exc
-    for key in listed:
-        if type(key) is not bytes:
-            raise InvalidInputError(f"{caller}() keys must be bytes, got {type(key).__name__}")
-    return listed

@@ -31,8 +31,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from kvprobe.integrations.vllm.after_shutdown import AfterShutdownTable
-from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, PublishedResults, key_list, state_snapshot
+from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, PublishedResults, state_snapshot
 from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.inputs import key_list
 from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager, WorkerChoice
 from kvprobe.statemachine.trace import TraceSink
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, ManagerClosedError, Stats
