@@ -32,7 +32,7 @@ default connection limit).  So a group is never one call:
   store's throttling.  A call reserves its next query's HEADs when it is
   about to submit it, one reservation ahead at a time, so concurrent calls
   interleave; a query the pace cannot start before the deadline (less a
-  query's usual duration) is **shed**: its keys, and the call's other
+  query's usual duration, at most half the call's time) is **shed**: its keys, and the call's other
   queries not yet started, are answered MISS at once and counted, instead
   of waiting for the deadline;
 * everything happens inside the call's **deadline**: at the deadline the
@@ -185,7 +185,7 @@ class ChunkedLookup:
         if self._closed:
             raise RuntimeError("the object backend was closed")
         plan = RetryPlan(len(names), self.chunk, self.retry, self._rng, time.monotonic(), deadline_s)
-        call = _Call(self, names, plan)
+        call = _Call(self, names, plan, deadline_s)
         while True:
             now = time.monotonic()
             call.backlog.extend(plan.due_retries(now))
@@ -258,8 +258,9 @@ class ChunkedLookup:
 class _Call:
     """One ``run``'s chunks between the plan and the pool: queued, held for the pace, running."""
 
-    def __init__(self, engine: ChunkedLookup, names: Sequence[str], plan: RetryPlan) -> None:
+    def __init__(self, engine: ChunkedLookup, names: Sequence[str], plan: RetryPlan, deadline_s: float) -> None:
         self.engine = engine
+        self.deadline_s = deadline_s
         self.names = names
         self.plan = plan
         self.cancelled = threading.Event()
@@ -267,6 +268,17 @@ class _Call:
         self.held: tuple[float, Chunk] | None = None  # reserved for a start in the future
         self.running: dict[Future[_Outcome | None], Chunk] = {}
         self.paced = 0
+
+    def shed_margin(self) -> float:
+        """How long before the deadline a query must start: a query's usual duration, at most half the call's time.
+
+        At most half, so that a call's first query always starts unless the
+        pace itself holds it back: durations are learnt only from queries
+        that run, and a few slow ones (an outage's, answered at the thaw,
+        just inside their deadline) would otherwise shed every later call
+        whole, for ever, with nothing left to re-learn from.
+        """
+        return min(self.engine._query_s, self.deadline_s / 2)
 
     def pending(self) -> bool:
         """Something is running, held, queued, not yet sent or waiting for its backoff."""
@@ -296,7 +308,7 @@ class _Call:
             if engine.pacer is None:
                 self._submit(chunk)
                 continue
-            at = engine.pacer.reserve(chunk.stop - chunk.start, not_after=self.plan.end - engine._query_s)
+            at = engine.pacer.reserve(chunk.stop - chunk.start, not_after=self.plan.end - self.shed_margin())
             if at is None:  # later ones would start later still: answer them now
                 for given_up in (chunk, *self.backlog):
                     self.plan.shed(given_up)

@@ -417,6 +417,11 @@ def run(
         "samples": n_samples,
         "injected": {"raised": faulty.raised, "short": faulty.short, "hung": faulty.hung},
         "s3": None if outage is None else outage.tally,
+        # What the object backend and its pace did: the first place to look
+        # when a recovery is late (keys shed, rate decreases).
+        "s3_backend": None
+        if obj is None
+        else {**obj.backend.stats, **{f"pace_{k}": v for k, v in obj.backend.pacing.items()}},
     }
     return tally, figures
 
@@ -571,6 +576,7 @@ def main(argv: Sequence[str] | None = None, obj_tier: ObjTier | None = None) -> 
                 (f"{s3.longest_freeze_s:.1f} s / {s3.longest_recovery_s:.2f} s ({2 * LOOKUP_TIMEOUT_S + 2:.0f} s)"),
             ),
         ]
+        rows.append(("S3 backend counters and pace", fig["s3_backend"]))
     else:
         rows.append(("S3 freeze/thaw", f"not run ({s3_skipped or '--s3 off'})"))
     for name, value in rows:

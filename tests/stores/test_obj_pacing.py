@@ -337,6 +337,31 @@ def test_a_group_is_served_as_far_as_the_pace_allows_and_the_rest_is_shed() -> N
         engine.close()
 
 
+def test_a_store_that_was_slow_is_asked_again_and_its_answers_come_back() -> None:
+    # The chaos campaign's Ceph RGW freeze: queries on the wire during the
+    # outage are answered at the thaw, just inside their call's deadline, and
+    # teach the engine that a query lasts about as long as a call may.  Shed
+    # on that alone, every later call was answered MISS whole and nothing ran
+    # to re-learn the duration: a stored key stayed MISS for 34 s.
+    names = [f"k{i}" for i in range(256)]
+    store = FakeStore(set(names), {}, delay_s=0.3)
+    engine = _engine(store, Pacer())  # never throttled: the pace holds nothing back
+    try:
+        slow = engine.run(names, deadline_s=5.0)
+        assert slow.answered == 256 and all(slow.verdicts)
+        assert engine._query_s > 0.25  # the slow queries' duration is what a query usually takes now
+        store.delay_s = 0.0  # the store answers at once again
+        # A call with less time than that duration: its first query still starts.
+        for _ in range(3):
+            after = engine.run(names[:1], deadline_s=0.2)
+            if after.answered:
+                break
+        assert after.verdicts == [True] and after.shed == 0, engine.counters.snapshot()
+        assert engine.pacer is not None and engine.pacer.snapshot()["refused"] == 0
+    finally:
+        engine.close()
+
+
 def test_the_pace_is_shared_by_engines_on_the_same_store() -> None:
     names = [f"k{i}" for i in range(16)]
     pacer = shared_pacer("http://127.0.0.1:1", "shared-bucket", "p/")
