@@ -47,7 +47,7 @@ from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import dumps
 from bench.fleet import realtime
 from bench.fleet.modes import MODES
-from bench.fleet.params import StoreParams, WorkloadParams
+from bench.fleet.params import BackendParams, StoreParams, WorkloadParams
 from bench.fleet.report import header, plot, row, tables
 from bench.fleet.sim import Scenario, run
 from bench.fleet.spread import fold
@@ -79,12 +79,14 @@ def split_partitions(engines: int, store: StoreParams, workload: WorkloadParams)
     return int(2 ** max(0, math.ceil(math.log2(max(1.0, load / (0.5 * store.head_limit_per_s))))))
 
 
-def grid(engines: Sequence[int], *, window_s: float, warmup_s: float, max_sim: int, seed: int) -> list[Scenario]:
+def grid(
+    engines: Sequence[int], *, window_s: float, warmup_s: float, max_sim: int, seed: int, paced: bool = False
+) -> list[Scenario]:
     """The grid's scenarios under one seed (see the module docstring)."""
     out = []
     store, workload = StoreParams(), WorkloadParams()
     for e in engines:
-        common = _common(e, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seed)
+        common = _common(e, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seed, paced=paced)
         for mode in MODES:
             for retry in (True, False):
                 out.append(Scenario(mode=mode, retry=retry, partitions=1, **common))
@@ -98,7 +100,9 @@ def grid(engines: Sequence[int], *, window_s: float, warmup_s: float, max_sim: i
     return out
 
 
-def _common(engines: int, *, window_s: float, warmup_s: float, max_sim: int, seed: int) -> dict[str, Any]:
+def _common(
+    engines: int, *, window_s: float, warmup_s: float, max_sim: int, seed: int, paced: bool = False
+) -> dict[str, Any]:
     # Small fleets get a longer window, so every run follows >= 50 requests.
     return {
         "engines": engines,
@@ -106,17 +110,18 @@ def _common(engines: int, *, window_s: float, warmup_s: float, max_sim: int, see
         "window_s": max(window_s, 50 / (engines * WorkloadParams().arrivals_per_s)),
         "warmup_s": warmup_s,
         "max_sim_engines": max_sim,
+        "backend": BackendParams(paced=paced),
     }
 
 
-def scaling_grid(engines: int, *, window_s: float, warmup_s: float, seed: int) -> list[Scenario]:
+def scaling_grid(engines: int, *, window_s: float, warmup_s: float, seed: int, paced: bool = False) -> list[Scenario]:
     """``engines`` per-key engines with retries, new and split prefix, simulated whole and by 1/2, 1/4, 1/10 as many."""
     split = split_partitions(engines, StoreParams(), WorkloadParams())
     sims = sorted({engines, *(max(1, engines // k) for k in (2, 4, 10))}, reverse=True)
     out = []
     for partitions, label in ((1, "new"), (split, "split")):
         for sim in sims:
-            common = _common(engines, window_s=window_s, warmup_s=warmup_s, max_sim=sim, seed=seed)
+            common = _common(engines, window_s=window_s, warmup_s=warmup_s, max_sim=sim, seed=seed, paced=paced)
             out.append(Scenario(mode="per-key", partitions=partitions, store_label=label, **common))
     return out
 
@@ -210,17 +215,19 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     runs = Runs()
     print(f"seeds {seeds}; each figure: median [min\u2013max]\n" + header(), flush=True)
     rows = []
-    for sc in grid(args.engines, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seeds[0]):
+    for sc in grid(
+        args.engines, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seeds[0], paced=args.paced
+    ):
         rows += runs.folded([sc], seeds)
         print(row(rows[-1]), flush=True)
     print(f"\nA new prefix in real time ({ROUND_H * 60:g} min a split round):", flush=True)
-    base = {"window_s": window_s, "warmup_s": warmup_s, "max_sim": max_sim}
+    base = {"window_s": window_s, "warmup_s": warmup_s, "max_sim": max_sim, "paced": args.paced}
     realtime_rows = _realtime(args, runs, base)
     scaling_e = QUICK_SCALING_ENGINES if args.quick else SCALING_ENGINES
     scaling = []
     if scaling_e in args.engines:
         print(f"\nThe scaling check at {scaling_e} engines:", flush=True)
-        scenarios = scaling_grid(scaling_e, window_s=window_s, warmup_s=warmup_s, seed=seeds[0])
+        scenarios = scaling_grid(scaling_e, window_s=window_s, warmup_s=warmup_s, seed=seeds[0], paced=args.paced)
         scaling = runs.folded(scenarios, seeds)
     dynamics = []
     if args.compressed:
@@ -266,7 +273,7 @@ def _options(args: argparse.Namespace) -> str:
         out += " --seeds " + " ".join(map(str, args.seeds))
     if list(args.realtime_modes) != list(MODES):
         out += " --realtime-modes " + " ".join(args.realtime_modes)
-    return out + (" --compressed" if args.compressed else "")
+    return out + (" --compressed" if args.compressed else "") + (" --paced" if args.paced else "")
 
 
 def _compressed(args: argparse.Namespace, max_sim: int) -> list[dict[str, Any]]:
@@ -293,6 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", help=f"default {list(SEEDS)} ({list(QUICK_SEEDS)} quick)")
     parser.add_argument(
         "--realtime-modes", nargs="+", choices=list(MODES), default=list(MODES), help="modes followed in real time"
+    )
+    parser.add_argument(
+        "--paced", action="store_true", help="the backend paces its HEADs (today's backend; default: as before it did)"
     )
     parser.add_argument("--compressed", action="store_true", help="also the compressed split runs (E >= 100)")
     parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")

@@ -17,7 +17,13 @@ serves the groups' chunks in turn (the backend's ``FairPool`` discipline,
 :class:`RoundRobin`; ``fair=False``: first come first served, as the
 backend's pool was before); a chunk's HEADs go out together and the query ends when the
 slowest returns, failing as a whole if any HEAD was throttled (NIXL's
-semantics).
+semantics).  With ``BackendParams.paced`` each chunk first reserves its
+HEADs from the engine's :class:`PaceCore` (the backend's pace, on the
+virtual clock): it waits for its start without holding an agent, and a
+chunk the pace cannot start before the call's deadline (less a query's usual
+duration, at most half the call's time) is shed, MISS at once.  Unlike the
+backend, which holds one reservation ahead per call, every chunk of a call
+reserves as soon as an agent takes it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from bench.fleet.store import S3Model, key_position
 from bench.fleet.workload import Tier, Workload
 from kvprobe.backends._fair_pool import RoundRobin
 from kvprobe.backends._obj_lookup import Chunk, RetryPlan
+from kvprobe.backends._pacing import PaceCore
 from kvprobe.statemachine.types import GroupOutcome, ProbeGroup, ReqContext
 
 __all__ = ["Engine", "Fleet", "SimObjBackend"]
@@ -70,8 +77,9 @@ class _Call:
     plan: RetryPlan
     positions: list[float]
     truth: list[bool]
-    in_flight: dict[Chunk, None] = field(default_factory=dict)
-    queued: int = 0  # chunks waiting for an agent
+    in_flight: dict[Chunk, float] = field(default_factory=dict)  # each chunk's send time
+    reserved: set[Chunk] = field(default_factory=set)  # chunks the pace gave a start already
+    queued: int = 0  # chunks waiting for an agent or for their start
     done: bool = False
     retry_wake: float = math.inf
 
@@ -97,6 +105,8 @@ class SimObjBackend:
         # RoundRobin); fair=False is the first-come-first-served pool it had.
         self.queue: RoundRobin[_Call | None, tuple[_Call, Chunk]] = RoundRobin()
         self.fair = fair
+        self.pace = PaceCore(0.0) if params.paced else None
+        self.query_s = 0.0  # a successful query's usual duration (smoothed), as the backend keeps it
 
     def call(self, group: ProbeGroup, now: float) -> None:
         """Start ``batch_lookup`` for one group at ``now``."""
@@ -131,6 +141,18 @@ class SimObjBackend:
             call.queued -= 1
             if call.done:
                 continue  # cancelled at the deadline: never sent
+            if self.pace is not None and chunk not in call.reserved:
+                margin = min(self.query_s, self.p.deadline_s / 2)
+                at = self.pace.reserve(now, chunk.stop - chunk.start, not_after=call.plan.end - margin)
+                if at is None:  # the pace cannot start it in time: MISS at once
+                    call.plan.shed(chunk)
+                    self._settle_if_over(call)
+                    continue
+                call.reserved.add(chunk)
+                if at > now:  # its start is later: no agent held meanwhile
+                    call.queued += 1
+                    self.fleet.schedule(at, self._start_due, call, chunk)
+                    continue
             self.free -= 1
             throttled = False
             slowest = 0.0
@@ -140,24 +162,40 @@ class SimObjBackend:
                 slowest = rtt if rtt > slowest else slowest
             self.fleet.chunks_sent += 1
             self.fleet.heads_sent += chunk.stop - chunk.start
-            call.in_flight[chunk] = None
+            call.in_flight[chunk] = now
             self.fleet.schedule(now + slowest, self._chunk_done, call, chunk, throttled)
+
+    def _start_due(self, now: float, call: _Call, chunk: Chunk) -> None:
+        # Back in the pool's queue, its reservation kept (it is not charged again).
+        self.queue.put(call if self.fair else None, (call, chunk))
+        self._dispatch(now)
 
     def _chunk_done(self, now: float, call: _Call, chunk: Chunk, throttled: bool) -> None:
         self.free += 1
         if not call.done:
-            del call.in_flight[chunk]
+            sent_at = call.in_flight.pop(chunk)
+            heads = chunk.stop - chunk.start
             if throttled:
+                if self.pace is not None:
+                    self.pace.failed(now, sent_at, heads)
                 call.plan.failed(chunk, now, "throttled")
                 self._enqueue(call, now)
             else:
+                if self.pace is not None:
+                    self.pace.answered(now, sent_at, heads)
+                    self.query_s = 0.8 * self.query_s + 0.2 * (now - sent_at)
                 call.plan.answered(chunk, [{} if t else None for t in call.truth[chunk.start : chunk.stop]])
-            # As ChunkedLookup.run: the call returns once every key is
-            # answered, or nothing runs and no retry is pending (no-retry mode).
-            idle = not call.in_flight and not call.queued and call.plan.next_retry_at() is None
-            if call.plan.finished or idle:
-                self._finish(call)
+            self._settle_if_over(call)
         self._dispatch(now)
+
+    def _settle_if_over(self, call: _Call) -> None:
+        # As ChunkedLookup.run: the call returns once every key is answered or
+        # shed, or nothing runs, waits or is due again (no-retry mode).
+        if call.done:
+            return
+        idle = not call.in_flight and not call.queued and call.plan.next_retry_at() is None
+        if call.plan.finished or idle:
+            self._finish(call)
 
     def _deadline(self, now: float, call: _Call) -> None:
         if not call.done:

@@ -48,6 +48,7 @@ from bench.fleet.workload import Prompt
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.records import ProbeState
 from kvprobe.statemachine.types import ReqContext
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
 
 __all__ = ["MODES", "Chain", "LookupMode", "PerKey", "Request", "Window", "make_mode"]
 
@@ -170,14 +171,18 @@ class Chain:
     name = "chain"
 
     def new_core(self) -> LookupCore:
-        return LookupCore()
+        # The manager's default walk (AsyncLookupManager sets it on its core;
+        # a bare core walks the whole chain at once).
+        core = LookupCore()
+        core.chain_window = DEFAULT_CHAIN_WINDOW
+        return core
 
     def ask(self, core: LookupCore, req: Request) -> int | None:
         keys = req.prompt.keys
         before = core.stats.probes_created
         answer = core.lookup_chain(keys, req.ctx)
         req.probes += core.stats.probes_created - before
-        if answer.pending or not (answer.stopped_at_miss or answer.looked_up == len(keys)):
+        if not answer.decided:
             return None
         hits: int = answer.leading_hits
         return hits

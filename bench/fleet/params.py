@@ -149,3 +149,7 @@ class BackendParams:
             float(str(backend_default("retry_base_s"))), float(str(backend_default("retry_cap_s")))
         )
     )
+    #: kvprobe: the backend paces its HEADs (``backends/_pacing.PaceCore``, one
+    #: pace per engine as one per process).  False: the backend before it
+    #: paced (commit 510e4dd), which the figures in docs/fleet.md simulate.
+    paced: bool = False

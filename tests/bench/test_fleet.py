@@ -138,6 +138,36 @@ def test_lookup_chain_issues_no_more_heads_than_per_key_lookups() -> None:
         assert chain["stored_blocks_lost"] == per_key["stored_blocks_lost"] == 0.0
 
 
+def test_chain_mode_walks_in_the_managers_windows() -> None:
+    # The manager's lookup_chain probes in windows (16, 32, ...), so on the
+    # default workload, where most of a prompt is not stored, it sends far
+    # fewer HEADs than a lookup per block; a core walking the whole chain
+    # at once (the bare core's default) sent as many.
+    workload = dataclasses.replace(SMALL, arrivals_per_s=2.0)
+    per_key = _run(mode="per-key", workload=workload, store=_limit(1e9))
+    chain = _run(mode="chain", workload=workload, store=_limit(1e9))
+    assert chain["requests"] == per_key["requests"]
+    assert chain["stored_blocks_lost"] == per_key["stored_blocks_lost"] == 0.0
+    assert chain["heads_sent"] < 0.85 * per_key["heads_sent"], (chain["heads_sent"], per_key["heads_sent"])
+    assert chain["heads_per_request"] <= 1.3 * chain["ideal_heads_per_request"]
+
+
+@pytest.mark.parametrize("mode", ["per-key", "chain"])
+def test_the_backends_pace_sends_fewer_throttled_heads_and_loses_no_answer(mode: str) -> None:
+    # Mild overload (the store's limit below the fleet's demand): the pace
+    # (backends/_pacing.PaceCore on the virtual clock) sends fewer HEADs
+    # into a throttled store and never makes a verdict wrong.
+    store = _limit(2000 if mode == "per-key" else 1000)
+    unpaced = _run(mode=mode, store=store)
+    paced = _run(mode=mode, store=store, backend=BackendParams(paced=True))
+    assert paced["requests"] == unpaced["requests"]
+    assert paced["answers_above_truth"] == unpaced["answers_above_truth"] == 0
+    assert unpaced["throttled_fraction"] > 0.2
+    assert paced["throttled_fraction"] < 0.75 * unpaced["throttled_fraction"]
+    assert paced["heads_per_request"] < unpaced["heads_per_request"]
+    assert paced["stored_found"] >= unpaced["stored_found"]
+
+
 def test_retries_turn_throttled_heads_into_hits_when_the_deadline_allows() -> None:
     # Mild overload: some HEADs are throttled, backoff finds room before the 5 s deadline.
     with_retry = _run(retry=True, store=_limit(2000))
