@@ -34,6 +34,7 @@ codes and their **stderr** lines; and each engine's pace at the end.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import logging
@@ -54,6 +55,7 @@ from typing import Any
 from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import DATA_DIR, dumps, render
 from bench.fleet_rgw_engine import CHAIN, prompt_keys
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, window_end
 
 __all__ = ["Setup", "engine_plans", "main", "measure", "run_seed", "seed_figures", "targets"]
 
@@ -66,6 +68,8 @@ STDERR_QUIET = 10  # lines of stderr an engine may write and still be called qui
 #: A request settled later than its deadline plus this is late (the engine's
 #: step, 30 ms, on a loaded machine: lookup_chain and flush never wait).
 LATE_SLACK_S = 1.0
+#: The control run's cap: far above what the fleet can send here.
+UNCAPPED = 1e6
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,9 @@ class Setup:
     def __post_init__(self) -> None:
         if not 1 <= self.engines <= 16:
             raise ValueError(f"engines must be in [1, 16], got {self.engines!r}")
-        for name in ("rate", "duration_s", "deadline_s", "step_s", "head_rate", "engine_timeout_s"):
+        if not 0 < self.head_rate <= 1e6:
+            raise ValueError(f"head_rate must be in (0, 1e6] HEADs per second, got {self.head_rate!r}")
+        for name in ("rate", "duration_s", "deadline_s", "step_s", "engine_timeout_s"):
             value = getattr(self, name)
             if not 0 < value <= 3600:
                 raise ValueError(f"{name} must be in (0, 3600], got {value!r}")
@@ -101,6 +107,14 @@ def stored_prefixes(pool: int) -> list[int]:
     """The stored prefix of each pool prompt: 0 to ``CHAIN`` blocks, uniform (fixed: the store is filled once)."""
     rng = random.Random(27)
     return [rng.randint(0, CHAIN) for _ in range(pool)]
+
+
+def rounds(stored: int) -> int:
+    """How many windows ``lookup_chain`` probes, one after another, to decide a chain with ``stored`` leading hits."""
+    end, n = DEFAULT_CHAIN_WINDOW, 1
+    while end <= stored and end < CHAIN:
+        end, n = window_end(DEFAULT_CHAIN_WINDOW, end), n + 1
+    return n
 
 
 def engine_plans(setup: Setup, seed: int, stored: Sequence[int]) -> list[list[list[float]]]:
@@ -227,6 +241,12 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
     outcomes = [o for e in raw["engines"] if e["result"] for o in e["result"]["outcomes"]]
     n = max(1, len(outcomes))
     ideal = sum(o["stored"] + (o["stored"] < CHAIN) for o in outcomes)
+    windowed = sum(min(CHAIN, window_end(DEFAULT_CHAIN_WINDOW, o["stored"])) for o in outcomes)
+    by_rounds: dict[int, list[int]] = {}
+    for o in outcomes:
+        tally = by_rounds.setdefault(rounds(o["stored"]), [0, 0])
+        tally[0] += not o["decided"]
+        tally[1] += 1
     heads = raw["proxy"]["heads"]
     throttled = raw["proxy"]["done"].get("rate_limited", 0)
     pacing = [e["result"]["pacing"] for e in raw["engines"] if e["result"]]
@@ -238,6 +258,9 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
         "found": sum(o["decided"] and o["leading_hits"] == o["stored"] for o in outcomes) / n,
         "heads_per_request": heads / n,
         "ideal_per_request": ideal / n,
+        "windows_per_request": windowed / n,
+        "answered_per_request": (heads - throttled) / n,
+        "undecided_by_rounds": {str(k): v for k, v in sorted(by_rounds.items())},
         "head_ratio": heads / max(1, ideal),
         "throttled": throttled / max(1, heads),
         "decided": sum(o["decided"] for o in outcomes) / n,
@@ -286,7 +309,8 @@ def targets(figures: Sequence[dict[str, Any]]) -> list[tuple[str, str, str, bool
 
 
 SEED_COLUMNS = [
-    "seed", "requests", "found", "HEAD/req", "ideal HEAD/req", "HEADs / ideal", "throttled", "decided",
+    "seed", "requests", "found", "HEAD/req", "answered HEAD/req", "windows' HEAD/req", "ideal HEAD/req",
+    "HEADs / ideal", "throttled", "decided", "undecided / requests, by windows needed",
     "wrong", "exit codes", "stderr lines", "pace at the end (HEAD/s)", "lowest pace", "decreases (undone)",
     "shed keys",
 ]  # fmt: skip
@@ -296,20 +320,27 @@ def seed_row(f: dict[str, Any]) -> list[str]:
     pace = ", ".join("unpaced" if r is None else f"{r:.0f}" for r in f["pace_end"])
     return [
         str(f["seed"]), str(f["settled"]), f"{f['found']:.1%}", f"{f['heads_per_request']:.1f}",
+        f"{f['answered_per_request']:.1f}", f"{f['windows_per_request']:.1f}",
         f"{f['ideal_per_request']:.1f}", f"{f['head_ratio']:.2f}\u00d7", f"{f['throttled']:.1%}",
-        f"{f['decided']:.1%}", str(f["wrong"]), " ".join(map(str, f["exits"])),
+        f"{f['decided']:.1%}",
+        ", ".join(f"{k}: {u}/{t}" for k, (u, t) in f["undecided_by_rounds"].items()),
+        str(f["wrong"]), " ".join(map(str, f["exits"])),
         " ".join(map(str, f["stderr_lines"])), pace,
         "unpaced" if f["lowest_pace"] is None else f"{f['lowest_pace']:.0f}",
         f"{f['decreases']} ({f['undone']})", str(f["shed"]),
     ]  # fmt: skip
 
 
-def tables(figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def tables(figures: Sequence[dict[str, Any]], control: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The tables docs/fleet.md quotes: the targets over the seeds, each seed, and the control run."""
     summary = [[name, target, shown, "yes" if met else "no"] for name, target, shown, met in targets(figures)]
-    return {
+    out = {
         "targets": {"columns": ["figure", "target", "median [min\u2013max]", "met by every seed"], "rows": summary},
         "seeds": {"columns": SEED_COLUMNS, "rows": [seed_row(f) for f in figures]},
     }
+    if control is not None:
+        out["control"] = {"columns": SEED_COLUMNS, "rows": [seed_row(control)]}
+    return out
 
 
 def markdown(table: dict[str, Any]) -> str:
@@ -318,9 +349,13 @@ def markdown(table: dict[str, Any]) -> str:
 
 
 def measure(
-    setup: Setup, seeds: Sequence[int], server: Any = None, bucket: str = BUCKET
+    setup: Setup, seeds: Sequence[int], server: Any = None, bucket: str = BUCKET, *, control: bool = False
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Fill the store, put the capped proxy in front, run every seed; (figures, raw outcomes) per seed.
+
+    ``control``: then run the first seed once more with no cap to speak of
+    (:data:`UNCAPPED` HEAD/s), last in both lists: what the same fleet finds
+    when the store never throttles.
 
     ``server``: a started RGW (or any S3 server with ``credentials``, ``client``
     and ``create_bucket``) to use; None boots a :class:`~kvprobe.testing.rgw.RgwServer`
@@ -335,19 +370,21 @@ def measure(
 
     if server is None:
         with RgwServer() as own:
-            return measure(setup, seeds, own, bucket)
+            return measure(setup, seeds, own, bucket, control=control)
     stored = stored_prefixes(setup.pool)
     figures, raws = [], []
     if bucket not in getattr(server, "buckets", ()):
         server.create_bucket(bucket)
     blocks = fill_store(server, bucket, stored)
     print(f"{blocks:,} blocks of {setup.pool} prompts stored", file=sys.stderr, flush=True)
+    runs = [(seed, setup) for seed in seeds]
+    runs += [(seeds[0], dataclasses.replace(setup, head_rate=UNCAPPED, head_burst=None))] if control else []
     with FaultProxy(server.endpoint_url, **setup.cap()) as proxy:
-        for seed in seeds:
+        for seed, shape in runs:
             started = time.monotonic()
-            raw = run_seed(setup, seed, server, proxy, stored, bucket)
+            raw = run_seed(shape, seed, server, proxy, stored, bucket)
             raws.append(raw)
-            figures.append(seed_figures(raw, setup))
+            figures.append(seed_figures(raw, shape))
             print(f"seed {seed}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     return figures, raws
 
@@ -361,8 +398,11 @@ def _update_doc(data: dict[str, Any]) -> list[str]:
         if marker not in lines:
             missing.append(table)
             continue
-        at = lines.index(marker) + 1
-        end = at + 2  # the provenance line and the blank line, then the table's lines
+        at = end = lines.index(marker) + 1
+        if end < len(lines) and lines[end].startswith("*"):  # the provenance line
+            end += 1
+        if end < len(lines) and not lines[end]:
+            end += 1
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
         lines[at:end] = render(data, table)
@@ -381,6 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--head-burst", type=float, default=None, help="the cap's depth (HEADs; default 0.1 s)")
     parser.add_argument("--pool", type=int, default=defaults.pool, help="prompts stored")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument(
+        "--no-control", dest="control", action="store_false", help="skip the control run (the first seed uncapped)"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "fleet_rgw.json")
     parser.add_argument("--update-docs", action="store_true", help=f"also write {DOCS_JSON} and docs/fleet.md's tables")
     args = parser.parse_args(argv)
@@ -398,7 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.disable(logging.INFO)
     started = datetime.datetime.now(datetime.timezone.utc)
     load_start, clock = load_average(), time.monotonic()
-    figures, raws = measure(setup, args.seeds)
+    figures, raws = measure(setup, args.seeds, control=args.control)
+    control = figures.pop() if args.control else None
     wall, load = time.monotonic() - clock, load_average()
     cmd = " ".join(["python -m bench.fleet_rgw", *(argv if argv is not None else sys.argv[1:])])
     cmd = cmd.replace(" --update-docs", "")
@@ -414,17 +458,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "note": f"seeds {', '.join(map(str, args.seeds))}, {wall:.0f} s",
         "source": "written by python -m bench.fleet_rgw --update-docs",
         "setup": setup.__dict__,
-        "tables": tables(figures),
+        "tables": tables(figures, control),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({**data, "figures": figures, "raw": raws}) + "\n")
+    args.json.write_text(json.dumps({**data, "figures": figures, "control": control, "raw": raws}) + "\n")
     print(
         f"{setup.engines} engines x {setup.rate:g} requests/s for {setup.duration_s:g} s, chains of {CHAIN} blocks, "
         f"deadline {setup.deadline_s:g} s; store capped at {setup.head_rate:g} HEAD/s "
         f"({figures[0]['head_burst']:g} deep); {wall:.0f} s; "
         f"raw outcomes in {args.json}\n"
     )
-    print(markdown(data["tables"]["targets"]) + "\n\n" + markdown(data["tables"]["seeds"]))
+    print("\n\n".join(markdown(table) for table in data["tables"].values()))
     if args.update_docs:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
         DOCS_JSON.write_text(dumps(data))

@@ -53,6 +53,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     deadline_s, step_s = float(plan["deadline_s"]), float(plan["step_s"])
     waiting = sorted(plan["requests"])
     live: dict[str, tuple[float, int, int, list[bytes]]] = {}
+    progress: dict[str, list[list[float]]] = {}  # (seconds after arrival, leading hits) at each change
     outcomes: list[dict[str, Any]] = []
     pace: list[list[float | None]] = []
     started = time.monotonic()
@@ -66,6 +67,9 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             n += 1
         for req_id, (arrival, prompt, stored, keys) in list(live.items()):
             answer = m.lookup_chain(keys, ReqContext(req_id))
+            seen = progress.setdefault(req_id, [[0.0, 0]])
+            if answer.leading_hits != seen[-1][1]:
+                seen.append([round(now - arrival, 3), answer.leading_hits])
             if answer.decided or now - arrival >= deadline_s:
                 outcomes.append(
                     {
@@ -74,6 +78,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
                         "leading_hits": answer.leading_hits,
                         "decided": answer.decided,
                         "settled_after_s": round(now - arrival, 4),
+                        "progress": progress.pop(req_id),
                     }
                 )
                 m.cleanup(req_id)
