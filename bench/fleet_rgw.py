@@ -74,7 +74,11 @@ UNCAPPED = 1e6
 
 @dataclass(frozen=True)
 class Setup:
-    """One fleet run's shape (the defaults are the bench's; the test runs a smaller one)."""
+    """One fleet run's shape (the defaults are the bench's; the test runs a smaller one).
+
+    Raises:
+        ValueError: a count or a duration out of its range (named in the message).
+    """
 
     engines: int = 4
     rate: float = 2.0  # requests per second per engine
@@ -140,7 +144,11 @@ def engine_plans(setup: Setup, seed: int, stored: Sequence[int]) -> list[list[li
 
 
 def fill_store(server: Any, bucket: str, stored: Sequence[int]) -> int:
-    """PUT every stored block of the pool straight to the gateway; how many."""
+    """PUT every stored block of the pool straight to the gateway; how many.
+
+    Raises:
+        botocore.exceptions.BotoCoreError / ClientError: a PUT failed.
+    """
     from kvprobe.backends.layout import relative_name
 
     client = server.client()
