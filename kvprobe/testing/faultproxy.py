@@ -11,6 +11,15 @@ request it decides, independently, to
 * reset the connection (TCP RST, no answer) — fraction ``reset``;
 * otherwise forward it, after ``delay_s`` seconds (an added round trip).
 
+Before those draws, a **HEAD rate cap** (``head_rate`` HEADs per second, 0 for
+none) plays a store prefix's request limit: a token bucket ``head_burst``
+HEADs deep (default a tenth of a second of the rate, at least 1), shared by
+every connection, admits HEADs; each HEAD beyond it is answered ``503
+SlowDown`` with headers only (a HEAD's answer has no body) and counted
+``rate_limited``.  Other methods pass uncapped.  ``heads`` in the stats
+counts every HEAD received, so ``rate_limited / heads`` is the throttled
+fraction a fleet met.
+
 Decisions are deterministic for a seed: each request's draw is a hash of
 ``(seed, method, target, n)`` where ``n`` counts earlier requests with the
 same method and target, so a retried HEAD draws afresh and the outcome for
@@ -53,17 +62,49 @@ from urllib.parse import urlparse
 
 from kvprobe.testing.s3server import S3ServerError, free_port
 
-__all__ = ["FaultProxy", "main"]
+__all__ = ["FaultProxy", "HeadCap", "default_burst", "main"]
 
 _CONTROL = "/__faultproxy__/"
 _LIVE: weakref.WeakSet[FaultProxy] = weakref.WeakSet()
 _FRACTIONS = ("throttle", "error500", "reset")
+_CAP = ("head_rate", "head_burst")
+
+
+def default_burst(head_rate: float) -> float:
+    """The cap's default depth: a tenth of a second of ``head_rate``, at least one HEAD."""
+    return max(1.0, 0.1 * head_rate)
+
+
+class HeadCap:
+    """A token bucket admitting at most ``rate`` HEADs per second, ``burst`` at once; pure (clock injected).
+
+    ``rate`` 0 admits everything.  The bucket starts full.
+    """
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.last = now
+
+    def admit(self, now: float) -> bool:
+        """Whether one HEAD arriving at ``now`` is within the cap (it then takes a token)."""
+        if self.rate <= 0:
+            return True
+        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.last) * self.rate)
+        self.last = max(self.last, now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
 
 
 class _Policy:
     """What to do with each request; the counts of what was done."""
 
-    def __init__(self, seed: int, throttle: float, error500: float, reset: float, delay_s: float) -> None:
+    def __init__(
+        self, seed: int, throttle: float, error500: float, reset: float, delay_s: float, head_rate: float = 0.0
+    ) -> None:
         self.seed = seed
         self.fractions = {"throttle": throttle, "error500": error500, "reset": reset}
         self.delay_s = delay_s
@@ -71,6 +112,8 @@ class _Policy:
         self.done: Counter[str] = Counter()
         self.inflight = 0
         self.peak_inflight = 0
+        self.heads = 0  # HEADs received (control requests aside)
+        self.cap = HeadCap(head_rate, default_burst(head_rate), time.monotonic())
 
     def update(self, config: dict[str, Any]) -> None:
         for name in _FRACTIONS:
@@ -80,9 +123,24 @@ class _Policy:
             self.delay_s = float(config["delay_s"])
         if "seed" in config:
             self.seed = int(config["seed"])
+        if "head_rate" in config or "head_burst" in config:
+            rate = float(config.get("head_rate", self.cap.rate))
+            burst = config.get("head_burst")
+            self.cap = HeadCap(rate, default_burst(rate) if burst is None else float(burst), time.monotonic())
         self.seen.clear()
         self.done.clear()
         self.peak_inflight = 0
+        self.heads = 0
+
+    def capped(self, method: str) -> bool:
+        """Count a request; True when it is a HEAD beyond the rate cap (answer it 503)."""
+        if method != "HEAD":
+            return False
+        self.heads += 1
+        if self.cap.admit(time.monotonic()):
+            return False
+        self.done["rate_limited"] += 1
+        return True
 
     def decide(self, method: str, target: str) -> str:
         ident = f"{method} {target}"
@@ -163,6 +221,10 @@ async def _serve(policy: _Policy, upstream: tuple[str, int], reader: asyncio.Str
                 writer.write(_control(policy, method, target, body))
                 await writer.drain()
                 continue
+            if policy.capped(method):
+                writer.write(_error("503 Slow Down", "SlowDown", "Please reduce your request rate.", True))
+                await writer.drain()
+                continue
             action = policy.decide(method, target)
             policy.done[action] += 1
             if action == "throttle":
@@ -208,6 +270,9 @@ def _control(policy: _Policy, method: str, target: str, body: bytes) -> bytes:
             "delay_s": policy.delay_s,
             "seed": policy.seed,
             "peak_inflight": policy.peak_inflight,
+            "heads": policy.heads,
+            "head_rate": policy.cap.rate,
+            "head_burst": policy.cap.burst,
         }
     ).encode()
     return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
@@ -217,7 +282,9 @@ def _control(policy: _Policy, method: str, target: str, body: bytes) -> bytes:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    policy = _Policy(args.seed, args.throttle, args.error500, args.reset, args.delay_s)
+    policy = _Policy(args.seed, args.throttle, args.error500, args.reset, args.delay_s, args.head_rate)
+    if args.head_burst is not None:
+        policy.update({"head_burst": args.head_burst})
     upstream = (args.upstream_host, args.upstream_port)
     server = await asyncio.start_server(
         lambda r, w: _serve(policy, upstream, r, w), args.host, args.port, backlog=1024, limit=1 << 20
@@ -236,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     for name in (*_FRACTIONS, "delay_s"):
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float, default=0.0)
+    parser.add_argument("--head-rate", type=float, default=0.0, help="HEADs per second beyond which HEADs get 503")
+    parser.add_argument("--head-burst", type=float, default=None, help="the cap's depth (HEADs)")
     args = parser.parse_args(argv)
     for host in (args.host, args.upstream_host):
         if not host.startswith("127."):
@@ -249,13 +318,15 @@ class FaultProxy:
 
     Args:
         upstream_url: ``http://127.x.y.z:port`` of the S3 server.
-        seed, throttle, error500, reset, delay_s: the initial policy (see the
-            module docstring); change it later with :meth:`configure`.
+        seed, throttle, error500, reset, delay_s, head_rate, head_burst: the
+            initial policy (see the module docstring; ``head_burst`` None is
+            :func:`default_burst`); change it later with :meth:`configure`.
         startup_timeout_s: how long ``start`` waits for the proxy to answer.
 
     Raises:
-        ValueError: the upstream is not a loopback ``http`` URL, or a
-            fraction is outside [0, 1] (or their sum above 1).
+        ValueError: the upstream is not a loopback ``http`` URL, a
+            fraction is outside [0, 1] (or their sum above 1), ``head_rate``
+            is negative or not finite, or ``head_burst`` is below 1.
     """
 
     def __init__(
@@ -267,16 +338,22 @@ class FaultProxy:
         error500: float = 0.0,
         reset: float = 0.0,
         delay_s: float = 0.0,
+        head_rate: float = 0.0,
+        head_burst: float | None = None,
         startup_timeout_s: float = 20.0,
     ) -> None:
         parsed = urlparse(upstream_url)
         if parsed.scheme != "http" or not (parsed.hostname or "").startswith("127.") or parsed.port is None:
             raise ValueError(f"FaultProxy forwards to a loopback http://127.x.y.z:port only, got {upstream_url!r}")
         _check_policy(throttle=throttle, error500=error500, reset=reset, delay_s=delay_s)
+        _check_cap(head_rate, head_burst)
         self.upstream = (parsed.hostname or "127.0.0.1", parsed.port)
         self.host = "127.0.0.1"
         self.port: int | None = None
-        self._initial = {"seed": seed, "throttle": throttle, "error500": error500, "reset": reset, "delay_s": delay_s}
+        self._initial: dict[str, float | None] = {
+            "seed": seed, "throttle": throttle, "error500": error500, "reset": reset, "delay_s": delay_s,
+            "head_rate": head_rate, "head_burst": head_burst,
+        }  # fmt: skip
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile(prefix="kvprobe-faultproxy-")
@@ -309,7 +386,8 @@ class FaultProxy:
         argv = [sys.executable, "-m", "kvprobe.testing.faultproxy", "--port", str(self.port)]
         argv += ["--upstream-host", self.upstream[0], "--upstream-port", str(self.upstream[1])]
         for name, value in self._initial.items():
-            argv += [f"--{name.replace('_', '-')}", str(value)]
+            if value is not None:
+                argv += [f"--{name.replace('_', '-')}", str(value)]
         self._proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -326,22 +404,26 @@ class FaultProxy:
         raise S3ServerError("the fault proxy did not start")
 
     def configure(self, **policy: float) -> dict[str, Any]:
-        """Change the policy (``throttle``, ``error500``, ``reset``, ``delay_s``, ``seed``); resets the counts.
+        """Change the policy (``throttle``, ``error500``, ``reset``, ``delay_s``, ``seed``, ``head_rate``,
+        ``head_burst``); resets the counts (and refills the cap's bucket when it changes).
 
         Raises:
             ValueError: an unknown name or a value out of range (nothing changes).
             S3ServerError: the proxy is not running.
         """
-        unknown = set(policy) - {*_FRACTIONS, "delay_s", "seed"}
+        unknown = set(policy) - {*_FRACTIONS, *_CAP, "delay_s", "seed"}
         if unknown:
             raise ValueError(f"unknown fault proxy settings: {sorted(unknown)}")
         current = self.stats()
         merged = {**current["fractions"], "delay_s": current["delay_s"], **policy}
-        _check_policy(**{k: float(v) for k, v in merged.items() if k != "seed"})
+        _check_policy(**{k: float(v) for k, v in merged.items() if k not in ("seed", *_CAP)})
+        if _CAP[0] in policy or _CAP[1] in policy:
+            _check_cap(float(policy.get("head_rate", current["head_rate"])), policy.get("head_burst"))
         return self._call("PUT", "config", json.dumps(policy).encode())
 
     def stats(self) -> dict[str, Any]:
-        """``{"done": {action: count}, "fractions", "delay_s", "seed", "peak_inflight"}`` since the last configure.
+        """``{"done": {action: count}, "fractions", "delay_s", "seed", "peak_inflight", "heads", "head_rate",
+        "head_burst"}`` (counts since the last configure).
 
         Raises:
             S3ServerError: the proxy is not running.
@@ -381,6 +463,13 @@ def _check_policy(*, throttle: float, error500: float, reset: float, delay_s: fl
         raise ValueError(f"the fault fractions add up to more than 1: {fractions}")
     if not 0.0 <= delay_s <= 60.0:
         raise ValueError(f"delay_s must be in [0, 60] seconds, got {delay_s!r}")
+
+
+def _check_cap(head_rate: float, head_burst: float | None) -> None:
+    if not 0.0 <= head_rate < float("inf"):
+        raise ValueError(f"head_rate must be a finite number of HEADs per second >= 0, got {head_rate!r}")
+    if head_burst is not None and not 1.0 <= head_burst < float("inf"):
+        raise ValueError(f"head_burst must be a finite number of HEADs >= 1, got {head_burst!r}")
 
 
 @atexit.register

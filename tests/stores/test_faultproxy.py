@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvprobe.testing.faultproxy import FaultProxy
+from kvprobe.testing.faultproxy import FaultProxy, HeadCap
 
 
 class _Upstream(http.server.BaseHTTPRequestHandler):
@@ -100,3 +100,28 @@ def test_only_loopback_and_valid_policies() -> None:
         FaultProxy("http://127.0.0.1:9", throttle=1.5)
     with pytest.raises(ValueError, match="more than 1"):
         FaultProxy("http://127.0.0.1:9", throttle=0.6, reset=0.6)
+
+
+def test_the_head_cap_is_a_token_bucket_of_its_rate_and_depth() -> None:
+    cap = HeadCap(10.0, 3.0, now=0.0)
+    assert [cap.admit(0.0) for _ in range(5)] == [True, True, True, False, False]  # the depth, then empty
+    assert [cap.admit(0.05) for _ in range(2)] == [False, False]  # half a token back
+    assert [cap.admit(0.1) for _ in range(2)] == [True, False]  # one token per 1/rate seconds
+    assert sum(cap.admit(10.0) for _ in range(10)) == 3  # an idle bucket refills to its depth, no further
+    assert all(HeadCap(0.0, 1.0, now=0.0).admit(0.0) for _ in range(100))  # rate 0: no cap
+
+
+def test_heads_beyond_the_cap_get_503_without_body_and_other_methods_pass(upstream: str) -> None:
+    # A cap so slow that no token comes back during the test: exactly its depth passes.
+    with FaultProxy(upstream, head_rate=0.001, head_burst=3) as proxy:
+        assert _statuses(proxy, ["/bucket/h"] * 10, method="HEAD") == [404] * 3 + [503] * 7
+        assert _statuses(proxy, ["/a", "/b"]) == [200, 200]  # GETs are not capped
+        stats = proxy.stats()
+        assert stats["heads"] == 10 and stats["done"]["rate_limited"] == 7 and stats["done"]["forward"] == 5
+        proxy.configure(head_rate=0.0)  # no cap: the counts restart
+        assert _statuses(proxy, ["/bucket/h"] * 5, method="HEAD") == [404] * 5
+        assert proxy.stats()["heads"] == 5 and "rate_limited" not in proxy.stats()["done"]
+    with pytest.raises(ValueError, match="head_rate"):
+        FaultProxy(upstream, head_rate=-1.0)
+    with pytest.raises(ValueError, match="head_burst"):
+        FaultProxy(upstream, head_rate=5.0, head_burst=0.5)

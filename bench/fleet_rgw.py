@@ -1,0 +1,489 @@
+"""A fleet on a real store: engine processes sharing one bucket on Ceph RGW, HEADs capped at a partition-like rate.
+
+Issue 27's measurement, made reproducible (loopback only, every process
+stopped by its pid):
+
+* a single-node Ceph cluster and its RADOS Gateway
+  (:class:`kvprobe.testing.rgw.RgwServer`) holding a pool of prompts of
+  ``CHAIN`` (64) blocks, each with a stored prefix of 0 to 64 blocks drawn
+  uniformly (PUT straight to the gateway);
+* in front of it, :class:`kvprobe.testing.faultproxy.FaultProxy` with a HEAD
+  rate cap (a token bucket shared by every connection, ``503 SlowDown``
+  without body beyond it): a prefix's request limit, as S3 and RGW's own
+  rate limits enforce it.  The proxy counts the HEADs the fleet sent;
+* ``--engines`` engine processes (:mod:`bench.fleet_rgw_engine`), each an
+  ``AsyncLookupManager`` over a ``NixlObjBackend`` on the proxy with the
+  library's defaults (``lookup_chain``, its chain window, pacing on),
+  receiving Poisson arrivals of ``--rate`` requests per second for
+  ``--duration`` seconds, each request's chain looked up step by step until
+  decided or its ``--deadline``.
+
+Per seed it reports: the stored prefixes **found** (requests whose decided
+``leading_hits`` equals the stored prefix), **HEADs per request** against
+the exact ideal (hits plus the first miss), the **throttled** fraction of
+HEADs (503s at the proxy over HEADs at the proxy), the requests **decided**
+within their deadline, **wrong** verdicts (a decided ``leading_hits`` longer
+than the stored prefix: an absent block answered True), the engines' **exit**
+codes and their **stderr** lines; and each engine's pace at the end.
+
+``python -m bench.fleet_rgw`` prints the tables and writes
+``bench/results/fleet_rgw.json`` (untracked); ``--update-docs`` writes
+``docs/data/fleet_rgw.json`` and the tables ``docs/fleet.md`` quotes from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
+from bench.docdata import DATA_DIR, dumps, render
+from bench.fleet_rgw_engine import CHAIN, prompt_keys
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, window_end
+
+__all__ = ["Setup", "engine_plans", "main", "measure", "run_seed", "seed_figures", "targets"]
+
+BUCKET = "fleet"
+DOC = DOCS_DIR / "fleet.md"
+DOCS_JSON = DATA_DIR / "fleet_rgw.json"
+#: The issue's targets: found, HEADs per request over the ideal, wrong verdicts, decided in time.
+TARGET_FOUND, TARGET_HEAD_RATIO = 0.95, 1.5
+STDERR_QUIET = 10  # lines of stderr an engine may write and still be called quiet
+#: A request settled later than its deadline plus this is late (the engine's
+#: step, 30 ms, on a loaded machine: lookup_chain and flush never wait).
+LATE_SLACK_S = 1.0
+#: The control run's cap: far above what the fleet can send here.
+UNCAPPED = 1e6
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One fleet run's shape (the defaults are the bench's; the test runs a smaller one).
+
+    Raises:
+        ValueError: a count or a duration out of its range (named in the message).
+    """
+
+    engines: int = 4
+    rate: float = 2.0  # requests per second per engine
+    duration_s: float = 12.0  # seconds of arrivals
+    deadline_s: float = 5.0
+    step_s: float = 0.03
+    head_rate: float = 400.0  # the store's HEAD cap (HEAD/s), all engines together
+    head_burst: float | None = None  # the cap's depth (HEADs); None: a tenth of a second of head_rate
+    pool: int = 160  # prompts stored
+    engine_timeout_s: float = 90.0  # an engine slower than duration + deadline + this is killed
+
+    def cap(self) -> dict[str, float]:
+        """The proxy's cap settings."""
+        return {"head_rate": self.head_rate} | ({} if self.head_burst is None else {"head_burst": self.head_burst})
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.engines <= 16:
+            raise ValueError(f"engines must be in [1, 16], got {self.engines!r}")
+        if not 0 < self.head_rate <= 1e6:
+            raise ValueError(f"head_rate must be in (0, 1e6] HEADs per second, got {self.head_rate!r}")
+        for name in ("rate", "duration_s", "deadline_s", "step_s", "engine_timeout_s"):
+            value = getattr(self, name)
+            if not 0 < value <= 3600:
+                raise ValueError(f"{name} must be in (0, 3600], got {value!r}")
+        if self.duration_s > 120:
+            raise ValueError(f"duration_s is bounded at 120 s, got {self.duration_s!r}")
+
+
+def stored_prefixes(pool: int) -> list[int]:
+    """The stored prefix of each pool prompt: 0 to ``CHAIN`` blocks, uniform (fixed: the store is filled once)."""
+    rng = random.Random(27)
+    return [rng.randint(0, CHAIN) for _ in range(pool)]
+
+
+def rounds(stored: int) -> int:
+    """How many windows ``lookup_chain`` probes, one after another, to decide a chain with ``stored`` leading hits."""
+    end, n = DEFAULT_CHAIN_WINDOW, 1
+    while end <= stored and end < CHAIN:
+        end, n = window_end(DEFAULT_CHAIN_WINDOW, end), n + 1
+    return n
+
+
+def engine_plans(setup: Setup, seed: int, stored: Sequence[int]) -> list[list[list[float]]]:
+    """Each engine's requests ``[arrival_s, prompt, stored]``: Poisson arrivals, prompts dealt without repeat.
+
+    Raises:
+        ValueError: the pool holds fewer prompts than the arrivals drawn.
+    """
+    rng = random.Random(seed)
+    order = list(range(len(stored)))
+    rng.shuffle(order)
+    plans: list[list[list[float]]] = []
+    for _ in range(setup.engines):
+        plan, t = [], rng.expovariate(setup.rate)
+        while t < setup.duration_s:
+            if not order:
+                raise ValueError(f"a pool of {len(stored)} prompts is too small for {setup} (seed {seed})")
+            prompt = order.pop()
+            plan.append([round(t, 4), prompt, stored[prompt]])
+            t += rng.expovariate(setup.rate)
+        plans.append(plan)
+    return plans
+
+
+def fill_store(server: Any, bucket: str, stored: Sequence[int]) -> int:
+    """PUT every stored block of the pool straight to the gateway; how many.
+
+    Raises:
+        botocore.exceptions.BotoCoreError / ClientError: a PUT failed.
+    """
+    from kvprobe.backends.layout import relative_name
+
+    client = server.client()
+    names = [relative_name(k) for prompt, n in enumerate(stored) for k in prompt_keys(prompt)[:n]]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda name: client.put_object(Bucket=bucket, Key=name, Body=b"block"), names))
+    return len(names)
+
+
+@dataclass
+class _Engine:
+    proc: subprocess.Popen[str]
+    stderr_path: str
+    lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+    def start_reader(self) -> None:
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.append(line)
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+
+
+def _spawn(plan: dict[str, Any], workdir: str) -> _Engine:
+    path = os.path.join(workdir, f"engine-{plan['engine']}.json")
+    with open(path, "w") as f:
+        json.dump(plan, f)
+    err = os.path.join(workdir, f"engine-{plan['engine']}.stderr")
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.fleet_rgw_engine", path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
+        )  # fmt: skip
+    engine = _Engine(proc, err)
+    engine.start_reader()
+    return engine
+
+
+def _wait_until(check: Any, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return bool(check())
+
+
+def run_seed(
+    setup: Setup, seed: int, server: Any, proxy: Any, stored: Sequence[int], bucket: str = BUCKET
+) -> dict[str, Any]:
+    """Start the engines, let them serve one seed's arrivals, stop them; the raw outcome of each.
+
+    Raises:
+        RuntimeError: an engine did not get ready within ``engine_timeout_s`` (every engine is killed).
+    """
+    creds = server.credentials()
+    base = {"bucket": bucket, "endpoint_url": proxy.endpoint_url, "deadline_s": setup.deadline_s}
+    base |= {"step_s": setup.step_s, "access_key": creds["access_key"], "secret_key": creds["secret_key"]}
+    plans = engine_plans(setup, seed, stored)
+    with tempfile.TemporaryDirectory(prefix="kvprobe-fleet-rgw-") as workdir:
+        engines = [_spawn({**base, "engine": i, "requests": plan}, workdir) for i, plan in enumerate(plans)]
+        try:
+            ready = _wait_until(lambda: all(e.lines or e.proc.poll() is not None for e in engines), 60.0)
+            if not ready or any(e.lines[:1] != ["ready\n"] for e in engines):
+                raise RuntimeError(f"seed {seed}: not every engine got ready: {[e.lines[:1] for e in engines]}")
+            proxy.configure(**setup.cap())  # counts from here, with a full bucket
+            for e in engines:
+                assert e.proc.stdin is not None
+                e.proc.stdin.write("go\n")
+                e.proc.stdin.flush()
+            limit = setup.duration_s + setup.deadline_s + setup.engine_timeout_s
+            _wait_until(lambda: all(e.proc.poll() is not None for e in engines), limit)
+        finally:
+            killed = [e.proc.pid for e in engines if e.proc.poll() is None]
+            for e in engines:
+                if e.proc.poll() is None:
+                    e.proc.kill()  # by its pid
+                e.proc.wait(30)
+        proxy_stats = proxy.stats()
+        runs = []
+        for e in engines:
+            if e.reader is not None:
+                e.reader.join(10)
+            with open(e.stderr_path) as f:
+                stderr = f.read().splitlines()
+            result = json.loads(e.lines[-1]) if len(e.lines) > 1 else None
+            runs.append({"exit": e.proc.returncode, "stderr_lines": len(stderr), "stderr_head": stderr[:5]} | {
+                "killed": e.proc.pid in killed, "result": result})  # fmt: skip
+    return {"seed": seed, "proxy": proxy_stats, "engines": runs, "requests": sum(len(p) for p in plans)}
+
+
+def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """One seed's figures from :func:`run_seed`'s raw outcome."""
+    outcomes = [o for e in raw["engines"] if e["result"] for o in e["result"]["outcomes"]]
+    n = max(1, len(outcomes))
+    ideal = sum(o["stored"] + (o["stored"] < CHAIN) for o in outcomes)
+    windowed = sum(min(CHAIN, window_end(DEFAULT_CHAIN_WINDOW, o["stored"])) for o in outcomes)
+    by_rounds: dict[int, list[int]] = {}
+    for o in outcomes:
+        tally = by_rounds.setdefault(rounds(o["stored"]), [0, 0])
+        tally[0] += not o["decided"]
+        tally[1] += 1
+    heads = raw["proxy"]["heads"]
+    throttled = raw["proxy"]["done"].get("rate_limited", 0)
+    pacing = [e["result"]["pacing"] for e in raw["engines"] if e["result"]]
+    stats = [e["result"]["stats"] for e in raw["engines"] if e["result"]]
+    return {
+        "seed": raw["seed"],
+        "requests": raw["requests"],
+        "settled": len(outcomes),
+        "found": sum(o["decided"] and o["leading_hits"] == o["stored"] for o in outcomes) / n,
+        "heads_per_request": heads / n,
+        "ideal_per_request": ideal / n,
+        "windows_per_request": windowed / n,
+        "answered_per_request": (heads - throttled) / n,
+        "undecided_by_rounds": {str(k): v for k, v in sorted(by_rounds.items())},
+        "head_ratio": heads / max(1, ideal),
+        "throttled": throttled / max(1, heads),
+        "decided": sum(o["decided"] for o in outcomes) / n,
+        "late": sum(o["settled_after_s"] > setup.deadline_s + LATE_SLACK_S for o in outcomes),
+        "head_burst": raw["proxy"]["head_burst"],
+        "slowest_s": max((o["settled_after_s"] for o in outcomes), default=0.0),
+        "wrong": sum(o["leading_hits"] > o["stored"] for o in outcomes),
+        "exits": [e["exit"] for e in raw["engines"]],
+        "bad_exits": sum(e["exit"] != 0 for e in raw["engines"]),
+        "loudest": max(e["stderr_lines"] for e in raw["engines"]),
+        "stderr_lines": [e["stderr_lines"] for e in raw["engines"]],
+        "pace_end": [p["rate"] for p in pacing],
+        "decreases": sum(int(p["decreases"] or 0) for p in pacing),
+        "undone": sum(int(p["undone"] or 0) for p in pacing),
+        "shed": sum(s.get("shed", 0) for s in stats),
+        "failed_throttled": sum(s.get("failed_throttled", 0) for s in stats),
+        "miss_failing": sum(s.get("miss_failing", 0) for s in stats),
+        "lowest_pace": min(
+            (r for e in raw["engines"] if e["result"] for _, r in e["result"]["pace"] if r), default=None
+        ),
+    }
+
+
+def _spread(values: Sequence[float], fmt: str) -> str:
+    lo, med, hi = min(values), statistics.median(values), max(values)
+    return f"{fmt.format(med)} [{fmt.format(lo)}\u2013{fmt.format(hi)}]"
+
+
+def targets(figures: Sequence[dict[str, Any]]) -> list[tuple[str, str, str, bool]]:
+    """``(figure, the issue's target, median [min-max] over the seeds, every seed met it)`` for each target."""
+    rows = []
+    for name, key, target, fmt, met in (
+        ("stored prefixes found", "found", "\u2265 95 %", "{:.1%}", lambda v: v >= TARGET_FOUND),
+        ("HEADs per request / ideal", "head_ratio", "\u2264 1.5\u00d7", "{:.2f}\u00d7",
+         lambda v: v <= TARGET_HEAD_RATIO),
+        ("absent blocks answered True", "wrong", "0", "{:.0f}", lambda v: v == 0),
+        ("requests decided by their deadline", "decided", "100 %", "{:.1%}", lambda v: v == 1.0),
+        (f"requests settled late (> deadline + {LATE_SLACK_S:g} s)", "late", "0", "{:.0f}", lambda v: v == 0),
+        ("engines not exiting 0", "bad_exits", "0", "{:.0f}", lambda v: v == 0),
+        (f"stderr lines, the noisiest engine (quiet: \u2264 {STDERR_QUIET})", "loudest", "quiet", "{:.0f}",
+         lambda v: v <= STDERR_QUIET),
+    ):  # fmt: skip
+        values = [float(f[key]) for f in figures]
+        rows.append((name, target, _spread(values, fmt).replace("%", " %"), all(met(v) for v in values)))
+    return rows
+
+
+SEED_COLUMNS = [
+    "seed", "requests", "found", "HEAD/req", "answered HEAD/req", "windows' HEAD/req", "ideal HEAD/req",
+    "HEADs / ideal", "throttled", "decided", "undecided / requests, by windows needed",
+    "wrong", "exit codes", "stderr lines", "pace at the end (HEAD/s)", "lowest pace", "decreases (undone)",
+    "shed keys",
+]  # fmt: skip
+
+
+def seed_row(f: dict[str, Any]) -> list[str]:
+    pace = ", ".join("unpaced" if r is None else f"{r:.0f}" for r in f["pace_end"])
+    return [
+        str(f["seed"]), str(f["settled"]), f"{f['found']:.1%}", f"{f['heads_per_request']:.1f}",
+        f"{f['answered_per_request']:.1f}", f"{f['windows_per_request']:.1f}",
+        f"{f['ideal_per_request']:.1f}", f"{f['head_ratio']:.2f}\u00d7", f"{f['throttled']:.1%}",
+        f"{f['decided']:.1%}",
+        ", ".join(f"{k}: {u}/{t}" for k, (u, t) in f["undecided_by_rounds"].items()),
+        str(f["wrong"]), " ".join(map(str, f["exits"])),
+        " ".join(map(str, f["stderr_lines"])), pace,
+        "unpaced" if f["lowest_pace"] is None else f"{f['lowest_pace']:.0f}",
+        f"{f['decreases']} ({f['undone']})", str(f["shed"]),
+    ]  # fmt: skip
+
+
+def tables(figures: Sequence[dict[str, Any]], control: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The tables docs/fleet.md quotes: the targets over the seeds, each seed, and the control run."""
+    summary = [[name, target, shown, "yes" if met else "no"] for name, target, shown, met in targets(figures)]
+    out = {
+        "targets": {"columns": ["figure", "target", "median [min\u2013max]", "met by every seed"], "rows": summary},
+        "seeds": {"columns": SEED_COLUMNS, "rows": [seed_row(f) for f in figures]},
+    }
+    if control is not None:
+        out["control"] = {"columns": SEED_COLUMNS, "rows": [seed_row(control)]}
+    return out
+
+
+def markdown(table: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"])]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in table["rows"]])
+
+
+def measure(
+    setup: Setup, seeds: Sequence[int], server: Any = None, bucket: str = BUCKET, *, control: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Fill the store, put the capped proxy in front, run every seed; (figures, raw outcomes) per seed.
+
+    ``control``: then run the first seed once more with no cap to speak of
+    (:data:`UNCAPPED` HEAD/s), last in both lists: what the same fleet finds
+    when the store never throttles.
+
+    ``server``: a started RGW (or any S3 server with ``credentials``, ``client``
+    and ``create_bucket``) to use; None boots a :class:`~kvprobe.testing.rgw.RgwServer`
+    for the run and stops it (by its pids) after.
+
+    Raises:
+        S3ServerError: Ceph RGW is missing or did not start (nothing is left running).
+        RuntimeError: an engine did not get ready.
+    """
+    from kvprobe.testing.faultproxy import FaultProxy
+    from kvprobe.testing.rgw import RgwServer
+
+    if server is None:
+        with RgwServer() as own:
+            return measure(setup, seeds, own, bucket, control=control)
+    stored = stored_prefixes(setup.pool)
+    figures, raws = [], []
+    if bucket not in getattr(server, "buckets", ()):
+        server.create_bucket(bucket)
+    blocks = fill_store(server, bucket, stored)
+    print(f"{blocks:,} blocks of {setup.pool} prompts stored", file=sys.stderr, flush=True)
+    runs = [(seed, setup) for seed in seeds]
+    runs += [(seeds[0], dataclasses.replace(setup, head_rate=UNCAPPED, head_burst=None))] if control else []
+    with FaultProxy(server.endpoint_url, **setup.cap()) as proxy:
+        for seed, shape in runs:
+            started = time.monotonic()
+            raw = run_seed(shape, seed, server, proxy, stored, bucket)
+            raws.append(raw)
+            figures.append(seed_figures(raw, shape))
+            print(f"seed {seed}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    return figures, raws
+
+
+def _update_doc(data: dict[str, Any]) -> list[str]:
+    """Replace each table of ``data`` that docs/fleet.md quotes by its new rendering; the ids not quoted."""
+    lines = DOC.read_text().splitlines()
+    missing = []
+    for table in data["tables"]:
+        marker = f"<!-- data: {DOCS_JSON.stem}#{table} -->"
+        if marker not in lines:
+            missing.append(table)
+            continue
+        at = end = lines.index(marker) + 1
+        if end < len(lines) and lines[end].startswith("*"):  # the provenance line
+            end += 1
+        if end < len(lines) and not lines[end]:
+            end += 1
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        lines[at:end] = render(data, table)
+    DOC.write_text("\n".join(lines) + "\n")
+    return missing
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    defaults = Setup()
+    parser.add_argument("--engines", type=int, default=defaults.engines, help="engine processes (1-16)")
+    parser.add_argument("--rate", type=float, default=defaults.rate, help="requests per second per engine")
+    parser.add_argument("--duration", type=float, default=defaults.duration_s, help="seconds of arrivals")
+    parser.add_argument("--deadline", type=float, default=defaults.deadline_s, help="seconds per request")
+    parser.add_argument("--head-rate", type=float, default=defaults.head_rate, help="the store's HEAD cap (HEAD/s)")
+    parser.add_argument("--head-burst", type=float, default=None, help="the cap's depth (HEADs; default 0.1 s)")
+    parser.add_argument("--pool", type=int, default=defaults.pool, help="prompts stored")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument(
+        "--no-control", dest="control", action="store_false", help="skip the control run (the first seed uncapped)"
+    )
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "fleet_rgw.json")
+    parser.add_argument("--update-docs", action="store_true", help=f"also write {DOCS_JSON} and docs/fleet.md's tables")
+    args = parser.parse_args(argv)
+    from kvprobe.backends._nixl_import import nixl_unavailable
+    from kvprobe.testing.rgw import rgw_missing
+
+    why = rgw_missing() or nixl_unavailable()
+    if why is not None:
+        print(f"bench.fleet_rgw cannot run here: {why}", file=sys.stderr)
+        return 2
+    setup = Setup(
+        args.engines, args.rate, args.duration, args.deadline, head_rate=args.head_rate, head_burst=args.head_burst,
+        pool=args.pool,
+    )  # fmt: skip
+    logging.disable(logging.INFO)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_start, clock = load_average(), time.monotonic()
+    figures, raws = measure(setup, args.seeds, control=args.control)
+    control = figures.pop() if args.control else None
+    wall, load = time.monotonic() - clock, load_average()
+    cmd = " ".join(["python -m bench.fleet_rgw", *(argv if argv is not None else sys.argv[1:])])
+    cmd = cmd.replace(" --update-docs", "")
+    where = {
+        **machine(),
+        "load": f"{load_start[0]} at the start, {load[0]} at the end" if load and load_start else "not recorded",
+    }
+    data = {
+        "title": "A fleet on Ceph RGW with a HEAD cap",
+        "date": f"{started:%Y-%m-%d %H:%M} UTC",
+        "machine": where,
+        "command": cmd,
+        "note": f"seeds {', '.join(map(str, args.seeds))}, {wall:.0f} s",
+        "source": "written by python -m bench.fleet_rgw --update-docs",
+        "setup": setup.__dict__,
+        "tables": tables(figures, control),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({**data, "figures": figures, "control": control, "raw": raws}) + "\n")
+    print(
+        f"{setup.engines} engines x {setup.rate:g} requests/s for {setup.duration_s:g} s, chains of {CHAIN} blocks, "
+        f"deadline {setup.deadline_s:g} s; store capped at {setup.head_rate:g} HEAD/s "
+        f"({figures[0]['head_burst']:g} deep); {wall:.0f} s; "
+        f"raw outcomes in {args.json}\n"
+    )
+    print("\n\n".join(markdown(table) for table in data["tables"].values()))
+    if args.update_docs:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        DOCS_JSON.write_text(dumps(data))
+        missing = _update_doc(data)
+        print(f"\nwritten: {DOCS_JSON}" + (f"; docs/fleet.md does not quote {missing}" if missing else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""A small fleet on a rate-capped Ceph RGW (``bench.fleet_rgw``): the properties that hold whatever the load.
+
+Two engine processes share one bucket behind a HEAD cap below their demand,
+so the store throttles and every engine's pace has to act.  The issue's
+percentage targets (stored prefixes found, HEADs per request) are measured
+by ``python -m bench.fleet_rgw`` and reported in docs/fleet.md, not asserted
+here: today's library does not meet them with margin on this machine.
+What must hold at any load is asserted: no absent block answered True, no
+engine dies at exit (an abort is exit code -6), the engines' stderr stays
+quiet, and every request is settled, decided or given up, by its deadline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from integ_harness import requires_nixl
+
+from bench.fleet_rgw import LATE_SLACK_S, STDERR_QUIET, Setup, measure
+
+pytestmark = requires_nixl
+
+
+def test_a_small_fleet_on_a_capped_rgw_keeps_the_hard_properties(s3_server: Any, bucket: str) -> None:
+    setup = Setup(engines=2, rate=2.0, duration_s=8.0, head_rate=100.0, pool=48)
+    (figures,), (raw,) = measure(setup, [1], s3_server, bucket)
+    engines = raw["engines"]
+    # Not vacuous: requests were served, the cap throttled HEADs, stored prefixes were found.
+    assert figures["requests"] > 10 and raw["proxy"]["heads"] > 0
+    assert raw["proxy"]["done"].get("rate_limited", 0) > 0, raw["proxy"]
+    assert figures["found"] > 0
+    assert figures["wrong"] == 0, "an absent block was answered True"
+    assert [e["exit"] for e in engines] == [0, 0], [(e["exit"], e["stderr_head"]) for e in engines]
+    assert figures["loudest"] <= STDERR_QUIET, [e["stderr_head"] for e in engines]
+    assert figures["settled"] == figures["requests"], "an engine ended with requests unsettled"
+    assert figures["late"] == 0, (
+        f"a request settled {figures['slowest_s']} s after arriving (bound {LATE_SLACK_S} s late)"
+    )
