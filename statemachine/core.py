@@ -48,7 +48,7 @@ from typing import Any, Final, TypeVar
 from kvprobe.spec.lifecycle import ABSENT, Phase
 from kvprobe.statemachine.chain import walk_chain
 from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
-from kvprobe.statemachine.inferred import EXACT, INFERRED, refute
+from kvprobe.statemachine.inferred import EXACT, INFERRED, forgive, refute
 from kvprobe.statemachine.inputs import bad_lookup, key_list
 from kvprobe.statemachine.invariants import layout_violations
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
@@ -291,7 +291,10 @@ class LookupCore:
                 (as the single lookups would: none after the stop).
             ManagerClosedError: after :meth:`shutdown`.
         """
-        return walk_chain(self, keys, req_context)
+        answer = walk_chain(self, keys, req_context)
+        if self.refuted_keys:
+            forgive(self, keys, answer)  # hits the backend answered fill the holes recorded
+        return answer
 
     # --- Flush ---------------------------------------------------------------
 

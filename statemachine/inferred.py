@@ -39,14 +39,17 @@ exactly from then on (:func:`kvprobe.statemachine.chain.walk_chain`, every
 key up to the first miss, window by window), by every request: the failed
 load proved the store is not prefix-closed around that key, which is a
 fact about the tier, not about one request.  The exact walk probes the
-hole and answers the true prefix.  The memory keeps the latest
-:data:`REFUTED_MEMORY` keys; a key forgotten may be inferred again, and the
-engine's failed load of it refutes it again (a wasted load, never a block
-used that is not stored).
+hole and answers the true prefix.  A refuted key is forgotten when a walk
+that inferred nothing counts it stored (the backend answered it stored
+again: the engine wrote the block back, :func:`forgive`), and the memory
+keeps the latest :data:`REFUTED_MEMORY` keys; a key forgotten may be
+inferred again, and the engine's failed load of it refutes it again (a
+wasted load, never a block used that is not stored).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from kvprobe.statemachine.types import ChainAnswer, InvalidInputError, InvalidValueError
@@ -61,6 +64,7 @@ __all__ = [
     "INFERRED",
     "REFUTED_MEMORY",
     "chain_mode_name",
+    "forgive",
     "next_position",
     "refute",
     "searches",
@@ -145,6 +149,19 @@ def walk_inferred(core: LookupCore, asked: list[Any], req_context: HasReqId) -> 
             hi = position
     hits = lo + 1
     return ChainAnswer(hits, hi < length, pending, looked, hits - verified)
+
+
+def forgive(core: LookupCore, keys: Sequence[bytes], answer: ChainAnswer) -> None:
+    """Forget the refuted keys among ``keys``' hits when ``answer`` inferred none of them.
+
+    Every hit of such an answer was answered stored by the backend for its
+    current generation: the hole the refutation recorded is filled.
+    """
+    if answer.inferred or not answer.leading_hits:
+        return
+    refuted = core.refuted_keys
+    for key in keys[: answer.leading_hits]:
+        refuted.pop(key, None)
 
 
 def refute(core: LookupCore, keys: list[bytes]) -> None:

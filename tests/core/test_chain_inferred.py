@@ -220,3 +220,18 @@ def test_the_search_decides_every_prefix_of_short_chains_within_the_bound() -> N
                 probes += 1
                 lo, hi = (position, hi) if position < p else (lo, position)
             assert (lo + 1, probes <= bound(n)) == (p, True), (n, p, probes)
+
+
+def test_a_refuted_key_answered_stored_again_is_forgiven_and_the_chain_searched_again() -> None:
+    keys = chain(8)
+    tier = CountingTier(set(keys) - {keys[2]})
+    m = manager(tier)
+    assert decide(m, keys).inferred == 4
+    m.mark_miss([keys[2]])
+    assert decide(m, keys).leading_hits == 2  # exact: the hole found
+    m.cleanup("r1")
+    tier.stored.add(keys[2])  # the engine wrote the block back
+    exact = decide(m, keys, ReqContext("r2"))
+    assert (exact.leading_hits, exact.inferred, exact.looked_up) == (8, 0, 8)  # still exact: the key was refuted
+    searched = decide(m, keys, ReqContext("r3"))  # the backend answered it stored: forgiven
+    assert (searched.leading_hits, searched.inferred) == (8, 4)
