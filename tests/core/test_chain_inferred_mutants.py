@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from test_chain_mutants import mutant_settings
 
 from kvprobe.statemachine import AsyncLookupManager, ChainAnswer, HasReqId, LookupCore
 from kvprobe.statemachine.inferred import next_position
@@ -89,21 +89,9 @@ class InferredCountedAsAnswered(LookupCore):
 MUTANTS = [InfersPastAnUnverifiedBoundary, SkipsTheExactRewalk, ProbesPastAKnownMiss, InferredCountedAsAnswered]
 
 
-def config(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        stateful_step_count=40,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-        phases=[p for p in Phase if p is not Phase.shrink],
-    )
-
-
 def test_the_shipped_search_agrees_with_the_model() -> None:
     machine: Any = lookup_machine(chain_mode="inferred")
-    run_state_machine_as_test(machine, settings=config(300))
+    run_state_machine_as_test(machine, settings=mutant_settings(300))
 
 
 def test_the_inferred_machine_refuses_a_bad_mode() -> None:
@@ -116,4 +104,4 @@ def test_stateful_machine_catches_the_mutant_search(core: type[LookupCore]) -> N
     manager = type(f"Manager{core.__name__}", (AsyncLookupManager,), {"core_class": core})
     machine = lookup_machine(manager_class=manager, chain_mode="inferred")
     with pytest.raises(AssertionError):
-        run_state_machine_as_test(machine, settings=config(1000))
+        run_state_machine_as_test(machine, settings=mutant_settings())
