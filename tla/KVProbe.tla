@@ -322,7 +322,7 @@ StoreMayEvict ==
 \* changes nothing, so the inferred walk's invariants are written over the
 \* states where it would answer so.
 Inferred(r) == {j \in 1..(SearchHi(r) - 2) : ~KnownHit(r, j)}
-Infers(r) == ChainMode = "inferred" /\ Searching /\ SearchDecided(r) /\ Inferred(r) # {}
+Infers(r) == Searching /\ SearchDecided(r) /\ Inferred(r) # {}
 
 ChainInit == chainPastMiss = FALSE /\ chainAhead = FALSE /\ chainUntoldHit = FALSE
 
