@@ -142,6 +142,11 @@ VARIABLES: dict[str, tuple[str, Callable[[TlaValue], str]] | None] = {
     "chainAhead": None,
     "chainPastMiss": None,
     "chainUntoldHit": None,
+    # The store and the inferred walk (tla/chain-inferred.cfg): what the tier
+    # holds and the refuted keys are shown; the store at each hit is history.
+    "stored": ("stored", _name),
+    "refuted": ("refuted", _name),
+    "prefixAtHit": None,
 }
 
 

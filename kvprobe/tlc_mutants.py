@@ -12,7 +12,8 @@ one and the property that catches it.
 Three kinds: ``named`` mutants are the defects seen in the field (the
 property suite catches them too); ``spec`` mutants are one-line slips
 written to measure the power of the model's invariants; ``chain`` mutants
-are defects of the chain walk (``lookup_chain``'s windows), inert on the
+are defects of the chain walk (``lookup_chain``'s windows, and its inferred
+mode's search), inert on the
 default config (its chain is empty): each is caught on a chain config
 (its ``config``, which ``kvprobe check --mutant NAME`` uses).
 """
@@ -234,6 +235,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "window-presumed-stored",
         "a walk reports the keys of an unanswered window as stored",
         ChainFindsStored="FindsUnansweredStored",
+    ),
+    # --- the inferred walk (tla/chain-inferred.cfg) ---
+    _chain(
+        "chain-inferred",
+        "search-infers-unverified",
+        "the inferred walk answers one probe short, counting an unprobed boundary key stored",
+        SearchDecided="DecidedOneShort",
+    ),
+    _chain(
+        "chain-inferred",
+        "search-skips-exact-rewalk",
+        "the inferred walk infers across a key whose load failed (refuted) instead of walking exactly",
+        ChainTrusted="TrustsRefuted",
     ),
 )
 

@@ -32,6 +32,20 @@ rule the walk decides by:
 
 The correct model never breaks them; a state abstracted from a buggy
 implementation (:mod:`kvprobe.testing.stateful`) can.
+
+The inferred walk (``chain_mode="inferred"``, :func:`lookup_chain_inferred`)
+is a search, stated here by its rule: the next position is a function of
+the last position known stored (``lo``) and the first known NOT stored
+(``hi``) among the positions the search probed (:func:`search_position`:
+``0, 1, 3, 7, ...`` while no miss is known, then the midpoint), and the
+search ends when ``hi == lo + 1``; the keys before ``lo`` it did not probe
+are counted stored by inference.  Its Lookups are recorded as asks whose
+``before`` holds the verdicts the search knew (None at positions it did not
+probe) and whose window starts at 0, so :func:`ChainStopsAtMiss` says no
+position after a known miss was probed.  A chain holding a refuted key
+(one given to MarkMiss in inferred mode) is walked exactly; a walk that
+inferred nothing un-refutes the keys it counted stored (the backend
+answered them stored).
 """
 
 from __future__ import annotations
@@ -49,7 +63,9 @@ __all__ = [
     "ChainWindowWaits",
     "chain_step",
     "lookup_chain",
+    "lookup_chain_inferred",
     "refusal",
+    "search_position",
     "window_start",
 ]
 
@@ -118,6 +134,62 @@ def lookup_chain(s: State, keys: Sequence[Key], req: str, first: int | None) -> 
     stopped = False in verdicts
     pending = None in verdicts[: verdicts.index(False) if stopped else len(verdicts)]
     return replace(s, chain_counted=frozenset(counted)), (leading, stopped, pending, len(verdicts))
+
+
+#: What an inferred walk answers: :data:`Answer` and how many hits were inferred.
+InferredAnswer = tuple[int, bool, bool, int, int]
+
+
+def search_position(lo: int, hi: int, length: int) -> int:
+    """The position the search probes next, ``lo`` known stored and ``hi`` known NOT stored.
+
+    ``lo`` -1: none known stored; ``hi`` ``length``: none known NOT stored.
+    Positions ``0, 1, 3, 7, ...`` (at most the last) while ``hi`` is the
+    chain's end; after a miss, the midpoint of ``lo`` and ``hi``.
+    """
+    if hi < length:
+        return (lo + hi) // 2
+    return min(length - 1, 2 * lo + 1) if lo >= 0 else 0
+
+
+def lookup_chain_inferred(
+    s: State, keys: Sequence[Key], req: str, first: int | None, refuted: frozenset[Key]
+) -> tuple[State, InferredAnswer, frozenset[Key]]:
+    """The inferred walk of ``keys`` by ``req``: the search, or the exact walk if a key is ``refuted``.
+
+    Returns the state, the answer ``(leading hits, stopped at a miss,
+    pending, keys looked up, hits inferred)`` and the refuted keys after the
+    walk (an answer that inferred nothing un-refutes its hits); the hits the
+    search verified are recorded as counted, the inferred ones are not.
+    Raises :class:`ModelClosedError` after shutdown (an empty chain too).
+    """
+    if refuted & set(keys) or not keys:
+        s, exact = lookup_chain(s, keys, req, first)
+        return s, (*exact, 0), refuted - set(keys[: exact[0]])
+    begin(s)
+    known: dict[int, bool] = {}
+    lo, hi, looked, pending = -1, len(keys), 0, False
+    while hi > lo + 1:
+        position = search_position(lo, hi, len(keys))
+        before = tuple(known.get(i) for i in range(position))
+        ask = ChainAsk(req, keys[position], position, 0, before)
+        s, verdict = lookup(s, keys[position], req)
+        s = replace(s, chain_asks=(*s.chain_asks, ask))
+        looked += 1
+        if verdict is None:
+            pending = True
+            break
+        known[position] = verdict
+        lo, hi = (position, hi) if verdict else (lo, position)
+    verified = [i for i, v in known.items() if v]
+    counted = set(s.chain_counted)
+    for i in verified:
+        key = keys[i]
+        counted.add((key, s.probes[key].gen, (key, s.probes[key].gen) in s.forced))
+    answer = (lo + 1, hi < len(keys), pending, looked, lo + 1 - len(verified))
+    if answer[4] == 0:
+        refuted = refuted - set(keys[: lo + 1])
+    return replace(s, chain_counted=frozenset(counted)), answer, refuted
 
 
 def ChainStopsAtMiss(s: State) -> bool:

@@ -27,6 +27,9 @@ How it is built (for both builds, see :data:`kvprobe.statemachine.rules.COMPILED
 * The window costs one integer comparison per key: ``limit`` is the end of
   the keys the walk may look up, the chain's length until the first unknown
   key is met, then the end of that key's window.
+
+In inferred mode (``chain_mode="inferred"``) a chain none of whose keys was
+refuted is searched instead (:mod:`kvprobe.statemachine.inferred`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kvprobe.statemachine.inferred import INFERRED, searches, walk_inferred
 from kvprobe.statemachine.inputs import chain_keys, chain_req_id, check_chain_keys
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import IN_FLIGHT, PENDING
@@ -72,6 +76,13 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
         check_chain_keys(asked, 0)  # applying results is a change: every key is checked first
         verified = True
         core.drain()
+    if core.chain_mode == INFERRED and asked:
+        if not verified:
+            check_chain_keys(asked, 0)
+        # A chain holding a key whose load failed (refuted: the store is
+        # not prefix-closed there) is walked exactly, below.
+        if searches(core, asked):
+            return walk_inferred(core, asked, req_context)
     first_window = core.chain_window
     start = 0
     first_unknown = stopped_at = -1

@@ -48,6 +48,7 @@ from typing import Any, Final, TypeVar
 from kvprobe.spec.lifecycle import ABSENT, Phase
 from kvprobe.statemachine.chain import walk_chain
 from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
+from kvprobe.statemachine.inferred import EXACT, INFERRED, forgive, refute
 from kvprobe.statemachine.inputs import bad_lookup, key_list
 from kvprobe.statemachine.invariants import layout_violations
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
@@ -153,6 +154,13 @@ class LookupCore:
         #: core walks the whole chain; ``AsyncLookupManager(chain_window=...)``
         #: checks the value it sets (default ``windows.DEFAULT_CHAIN_WINDOW``).
         self.chain_window: int = ALL
+        #: How :meth:`lookup_chain` walks: ``inferred.EXACT`` (every key up
+        #: to the first miss) or ``inferred.INFERRED`` (a search that infers
+        #: the keys before the stored prefix's end; :mod:`kvprobe.statemachine.inferred`).
+        self.chain_mode: str = EXACT
+        #: Inferred mode: keys whose load failed (``mark_miss``), latest last;
+        #: a chain holding one is walked exactly (``inferred.refute``).
+        self.refuted_keys: dict[bytes, None] = {}
 
     @property
     def stats(self) -> Stats:
@@ -266,6 +274,12 @@ class LookupCore:
         key (a result published while the walk runs is applied by the next
         call, as if it had arrived after the walk).
 
+        In inferred mode (:attr:`chain_mode`) a chain holding no refuted key
+        is searched instead: its keys are looked up one at a time at the
+        positions a gallop-then-bisect search picks, and the keys before the
+        boundary found are answered stored by inference
+        (:mod:`kvprobe.statemachine.inferred`).
+
         Raises:
             InvalidInputError: ``keys`` is not a sequence of keys (a single
                 ``bytes``/``str`` is refused) or reading it raises, some
@@ -277,7 +291,10 @@ class LookupCore:
                 (as the single lookups would: none after the stop).
             ManagerClosedError: after :meth:`shutdown`.
         """
-        return walk_chain(self, keys, req_context)
+        answer = walk_chain(self, keys, req_context)
+        if self.refuted_keys:
+            forgive(self, keys, answer)  # hits the backend answered fill the holes recorded
+        return answer
 
     # --- Flush ---------------------------------------------------------------
 
@@ -509,6 +526,8 @@ class LookupCore:
                 element.  Nothing changed.
         """
         keys = key_list(keys, "mark_miss")
+        if self.chain_mode == INFERRED:
+            refute(self, keys)  # chains holding these keys are walked exactly from now on
         states = self.states
         stats = self._stats
         for key in keys:

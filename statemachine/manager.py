@@ -24,6 +24,7 @@ from typing import Literal
 from kvprobe.backends.base import Backend
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.inferred import chain_mode_name
 from kvprobe.statemachine.trace import TraceSink, tracing
 from kvprobe.statemachine.types import (
     ChainAnswer,
@@ -92,6 +93,13 @@ class AsyncLookupManager:
             it is known stored; see :mod:`kvprobe.statemachine.windows`), or
             ``"all"``: every key up to the first known miss at once (fewest
             steps to an answer, most backend checks).
+        chain_mode: ``"exact"`` (the default): ``lookup_chain`` probes every
+            key up to the first known miss; ``"inferred"``: for tiers written
+            in chain order (a block is stored only if the blocks before it
+            are, eviction removes suffixes first), it searches for the stored
+            prefix's end in O(log n) probes and answers the keys before it
+            stored by inference (``ChainAnswer.inferred`` counts them; see
+            :mod:`kvprobe.statemachine.inferred`).
 
     A manager dropped without ``shutdown`` stops its worker when it is
     garbage-collected (its threads end once their calls return), even when
@@ -107,7 +115,9 @@ class AsyncLookupManager:
         InvalidValueError: a timeout is not positive or above
             ``threading.TIMEOUT_MAX``, ``busy_call_hold_s`` is negative, a
             count is below 1, ``worker`` is an unknown string, or
-            ``chain_window`` is below 1 or a string other than ``"all"``.
+            ``chain_window`` is below 1 or a string other than ``"all"``,
+            or ``chain_mode`` is a string other than ``"exact"`` or
+            ``"inferred"`` (not a string: InvalidInputError).
             Nothing was started.
     """
 
@@ -128,6 +138,7 @@ class AsyncLookupManager:
         trace: TraceSink | None = None,
         shutdown_timeout_s: float = 5.0,
         chain_window: int | Literal["all"] = DEFAULT_CHAIN_WINDOW,
+        chain_mode: Literal["exact", "inferred"] = "exact",
     ) -> None:
         if not callable(getattr(backend, "batch_lookup", None)):
             raise InvalidInputError(
@@ -142,6 +153,7 @@ class AsyncLookupManager:
         check_count("max_concurrent_groups", max_concurrent_groups)
         check_hold("busy_call_hold_s", busy_call_hold_s)
         first_window = chain_window_size(chain_window)
+        walk_mode = chain_mode_name(chain_mode)
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
         if isinstance(worker, str):
@@ -160,6 +172,7 @@ class AsyncLookupManager:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
         self._core.chain_window = first_window
+        self._core.chain_mode = walk_mode
         if worker == "thread":
             self.worker: Worker = ThreadedWorker(
                 name=name,
@@ -222,7 +235,9 @@ class AsyncLookupManager:
         first call probes the first ``chain_window`` keys, and each later
         window (twice the size of the one before) is probed only once every
         key before it is known stored.  Keys not looked up get no state, no
-        probe, no backend work.  The answer holds ``leading_hits`` (keys
+        probe, no backend work.  With ``chain_mode="inferred"`` the chain is
+        searched instead (O(log n) keys looked up, one per step; the keys
+        before the boundary found are inferred stored).  The answer holds ``leading_hits`` (keys
         known stored before the first that is not), ``stopped_at_miss``,
         ``pending`` (not decided yet: ask again next step) and ``looked_up``.
 
@@ -244,6 +259,11 @@ class AsyncLookupManager:
     def chain_window(self) -> int | str:
         """The first window of ``lookup_chain`` (keys), or ``"all"``."""
         return window_name(self._core.chain_window)
+
+    @property
+    def chain_mode(self) -> str:
+        """How ``lookup_chain`` walks: ``"exact"`` or ``"inferred"``."""
+        return self._core.chain_mode
 
     def flush(self) -> None:
         """End of step: submit this step's pending probes to the worker.

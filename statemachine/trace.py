@@ -31,7 +31,9 @@ worker action:
 =================  ===========================================================
 
 ``lookup_chain`` emits one ``Lookup`` event per key it looked up (a chain is
-a sequence of Lookup actions), each with two more fields: ``index`` (the
+a sequence of Lookup actions); the inferred walk
+(:mod:`kvprobe.statemachine.inferred`) looks its keys up with ``lookup``,
+whose events have no more fields; the exact walk's events have two more: ``index`` (the
 key's position in the chain, 0 for the walk's first key: the events of one
 walk are consecutive, indices 0, 1, ...) and ``window`` (the walk's first
 window, or ``"all"``), so that a checker can tell whether the walk was
@@ -71,6 +73,7 @@ from typing import IO
 from kvprobe.spec.actions import WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event
 from kvprobe.statemachine.core import LookupCore, as_applied
+from kvprobe.statemachine.inferred import searches
 from kvprobe.statemachine.types import (
     Batch,
     ChainAnswer,
@@ -262,6 +265,8 @@ class TracingCore(LookupCore):
         with self._recorder.lock:
             mark = len(self.step_batch)
             answer = super().lookup_chain(keys, req_context)
+            if answer.looked_up and searches(self, list(keys)):
+                return answer  # the inferred walk's lookups were traced by lookup()
             created = {id(state) for state in self.step_batch[mark:]}
             states = self.states
             size = len(states) - len(created)

@@ -62,8 +62,9 @@ class ChainAnswer:
     verdict is False; it also stops at the end of the window of the first
     key whose verdict is unknown (the windows grow: see
     :mod:`kvprobe.statemachine.windows`).  Keys after a stop are not looked
-    up.  Every key counted as stored has a verdict True that the backend
-    gave for that key.
+    up.  In the exact mode every key counted as stored has a verdict True
+    that the backend gave for that key; in the inferred mode all but
+    :attr:`inferred` of them do.
 
     Attributes:
         leading_hits: how many keys, from the first, are known stored (the
@@ -76,12 +77,20 @@ class ChainAnswer:
             again next step.
         looked_up: how many keys were looked up (the stopping key included;
             keys past the current window are not counted).
+        inferred: how many of the ``leading_hits`` keys were answered
+            stored by inference rather than by the backend: always 0 in
+            the exact mode; in the inferred mode
+            (:mod:`kvprobe.statemachine.inferred`) the keys before the
+            verified boundary that the search did not probe.  A load of one
+            that fails is reported with ``mark_miss``, and the chain is
+            walked exactly from then on.
     """
 
     leading_hits: int
     stopped_at_miss: bool
     pending: bool
     looked_up: int
+    inferred: int = 0
 
     @property
     def decided(self) -> bool:

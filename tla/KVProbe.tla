@@ -125,10 +125,19 @@ VARIABLES
 
 chainHistory == <<chainPastMiss, chainAhead, chainUntoldHit>>
 
+\* The store and the inferred walk (block "The store and the inferred walk"
+\* below).  Constant unless a config models the store or the inferred mode.
+VARIABLES
+    stored,             \* SUBSET Keys: the blocks the tier holds (StoreModelled; else {} throughout)
+    prefixAtHit,        \* [Keys -> BOOLEAN]: the chain's keys before the key were all stored when a call last answered it stored
+    refuted             \* SUBSET Keys: keys MarkMiss was given in the inferred mode (failed loads)
+
+store == <<stored, prefixAtHit, refuted>>
+
 sched == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down, out>>
 worker == <<wstate, subq, taken, stuck, resq>>
 history == <<forced, told, sent, sentIn, applied, stale, moot, deaths, backendHit>>
-vars == <<sched, worker, history, chainHistory>>
+vars == <<sched, worker, history, chainHistory, store>>
 
 -----------------------------------------------------------------------------
 (* Helpers *)
@@ -189,6 +198,132 @@ ChainWindowOpen(i) == \A j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] = "hi
 \* What the walk reports for the key it looked up: stored iff its verdict is a hit.
 ChainFindsStored(k) == verdict[k] = "hit"
 
+-----------------------------------------------------------------------------
+(* The store and the inferred walk (chain_mode="inferred",                 *)
+(* statemachine/inferred.py)                                               *)
+(*                                                                         *)
+(* The inferred walk assumes the store is prefix-closed: a block is stored *)
+(* only if every block before it in the chain is, and eviction removes     *)
+(* suffixes first.  It searches for the stored prefix's end: r's next      *)
+(* Lookup is at position 1, 2, 4, 8, ... while no key of the chain is      *)
+(* known NOT stored, then midway between the last position r knows stored  *)
+(* (SearchLo) and the first it knows NOT stored (SearchHi); once they are  *)
+(* adjacent the walk answers, counting the keys before the boundary stored *)
+(* without a probe (Infers).  The search reads what r's own lookups told   *)
+(* it (the code replays its own path: a subset of that knowledge).  A      *)
+(* chain holding a refuted key (one MarkMiss was given in this mode: the   *)
+(* engine's load of it failed) is walked exactly.  With StoreModelled the  *)
+(* backend answers what the store holds, and the tier evicts (within       *)
+(* TakeBatch) a suffix of the chain (PrefixClosed) or, with the assumption *)
+(* broken, any one key; the store starts as any prefix, or any subset.     *)
+
+\* The backend answers from the store (chain-inferred configs); else anything.
+StoreModelled == FALSE
+
+\* Eviction removes suffixes of the chain (the inferred walk's assumption).
+PrefixClosed == TRUE
+
+\* lookup_chain's mode: "exact" (every key up to the first miss) or "inferred".
+ChainMode == "exact"
+ASSUME ChainMode \in {"exact", "inferred"}
+
+ChainKeys == {Chain[j] : j \in DOMAIN Chain}
+ChainPrefix(n) == {Chain[j] : j \in 1..n}
+
+\* The stores a run starts from: a prefix of the chain, or (assumption
+\* broken) any set of its keys; nothing when the store is not modelled.
+StoreStarts ==
+    IF ~StoreModelled THEN {{}}
+    ELSE IF PrefixClosed THEN {ChainPrefix(n) : n \in 0..Len(Chain)}
+    ELSE SUBSET ChainKeys
+
+StoreInit ==
+    /\ stored \in StoreStarts
+    /\ prefixAtHit = [k \in Keys |-> FALSE]
+    /\ refuted = {}
+
+\* What r's own lookups of the chain told it.
+KnownHit(r, i) == r \in waiters[Chain[i]] /\ verdict[Chain[i]] = "hit"
+KnownMiss(r, i) == r \in waiters[Chain[i]] /\ verdict[Chain[i]] = "miss"
+
+\* The first position r knows NOT stored (Len(Chain) + 1: none), and the
+\* last position before it that r knows stored (0: none).
+SearchHi(r) ==
+    CHOOSE h \in 1..(Len(Chain) + 1) :
+        /\ h = Len(Chain) + 1 \/ KnownMiss(r, h)
+        /\ \A j \in 1..(h - 1) : ~KnownMiss(r, j)
+SearchLo(r) ==
+    CHOOSE l \in 0..(SearchHi(r) - 1) :
+        /\ l = 0 \/ KnownHit(r, l)
+        /\ \A j \in (l + 1)..(SearchHi(r) - 1) : ~KnownHit(r, j)
+
+\* The position the search probes next: 1, 2, 4, 8, ... (the last at
+\* most) until a miss is known, then the midpoint.
+SearchNext(lo, hi) ==
+    IF hi <= Len(Chain) THEN (lo + hi) \div 2
+    ELSE IF lo = 0 THEN 1
+    ELSE IF 2 * lo < Len(Chain) THEN 2 * lo ELSE Len(Chain)
+
+\* The search of r has found its boundary: SearchLo stored, the next key not
+\* (or the chain's end).
+SearchDecided(r) == SearchHi(r) = SearchLo(r) + 1
+
+\* No key of the chain was refuted: the walk may search.
+ChainTrusted == refuted \cap ChainKeys = {}
+
+Searching == ChainMode = "inferred" /\ ChainTrusted
+
+\* A Lookup of r's search (a disjunct of ChainStep): at the position the
+\* search picks; the history records a key after a key r knew NOT stored
+\* (ChainStopsAtMiss) and a key found stored that no call answered stored.
+SearchStep(k, r) ==
+    /\ Searching
+    /\ ~SearchDecided(r)
+    /\ \E i \in DOMAIN Chain :
+          /\ i = SearchNext(SearchLo(r), SearchHi(r))
+          /\ Chain[i] = k
+          /\ chainPastMiss' = (chainPastMiss \/ \E j \in 1..(i - 1) : KnownMiss(r, j))
+          /\ chainUntoldHit' = (chainUntoldHit \/
+                                (ChainFindsStored(k) /\ (<<k, gen'[k]>> \notin backendHit \/ forced[k])))
+          /\ UNCHANGED chainAhead
+
+\* The keys before k in the chain.
+ChainBefore(k) == {Chain[j] : j \in {i \in DOMAIN Chain : \E l \in DOMAIN Chain : Chain[l] = k /\ i < l}}
+
+\* Part of Publish: a call that returns (kind ok) records, for each key it
+\* answered stored, whether the keys before it in the chain were stored then.
+StoreAnswered(G, kind, ans) ==
+    /\ prefixAtHit' = IF kind = "ok" /\ StoreModelled
+                      THEN [k \in Keys |-> IF \E p \in G.probes : p[1] = k /\ ans[p] = "hit"
+                                           THEN ChainBefore(k) \subseteq stored ELSE prefixAtHit[k]]
+                      ELSE prefixAtHit
+    /\ UNCHANGED <<stored, refuted>>
+
+\* Part of MarkMiss: in the inferred mode the keys given are refuted.
+StoreRefutes(ks) ==
+    /\ refuted' = IF ChainMode = "inferred" THEN refuted \cup ks ELSE refuted
+    /\ UNCHANGED <<stored, prefixAtHit>>
+
+\* The tier evicts: a suffix of the chain, or any one key (PrefixClosed FALSE).
+Evictions ==
+    IF PrefixClosed THEN {ChainKeys \ ChainPrefix(n) : n \in 0..Len(Chain)}
+    ELSE {{k} : k \in ChainKeys}
+
+\* Part of TakeBatch: while the worker takes a batch the tier may evict (a
+\* suffix of the chain, or one key); nothing changes unless the config
+\* models the store.
+StoreMayEvict ==
+    /\ stored' \in {stored} \cup (IF StoreModelled THEN {stored \ gone : gone \in Evictions} ELSE {})
+    /\ UNCHANGED <<prefixAtHit, refuted>>
+
+\* r's walk, asked again now, answers by inference: it searches, its search
+\* is decided with boundary b = SearchHi(r) - 1 (keys 1..b stored), and
+\* some key before b was not probed by r (Inferred(r)).  The walk's answer
+\* changes nothing, so the inferred walk's invariants are written over the
+\* states where it would answer so.
+Inferred(r) == {j \in 1..(SearchHi(r) - 2) : ~KnownHit(r, j)}
+Infers(r) == Searching /\ SearchDecided(r) /\ Inferred(r) # {}
+
 ChainInit == chainPastMiss = FALSE /\ chainAhead = FALSE /\ chainUntoldHit = FALSE
 
 \* A Lookup's part in the walks (a conjunct of Lookup, after its other
@@ -206,12 +341,14 @@ ChainStep(k, r) ==
           /\ chainAhead' = (chainAhead \/ \E j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # "hit")
           /\ chainUntoldHit' = (chainUntoldHit \/
                                 (ChainFindsStored(k) /\ (<<k, gen'[k]>> \notin backendHit \/ forced[k])))
+    \/ SearchStep(k, r)
 
 -----------------------------------------------------------------------------
 (* Initial state *)
 
 Init ==
     /\ ChainInit
+    /\ StoreInit
     /\ phase = [k \in Keys |-> ABSENT]
     /\ gen = [k \in Keys |-> NoGen]
     /\ waiters = [k \in Keys |-> {}]
@@ -278,6 +415,7 @@ Lookup(k, r) ==
     /\ r \notin waiters[k]
     /\ LookupNew(k, r) \/ LookupJoin(k, r)
     /\ ChainStep(k, r)
+    /\ UNCHANGED store
     /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
     /\ UNCHANGED <<verdict, open, down, worker, history>>
 
@@ -305,6 +443,7 @@ FlushOwners(entries) == [entries -> Reqs]
 
 Flush ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ ~down
     /\ Drained
     /\ CanSubmit
@@ -377,6 +516,7 @@ OutcomeSource(o, k) ==
 \*   timeout, or a result racing a MarkMiss).
 Drain ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ ~down
     /\ resq # <<>>
     /\ LET o == Head(resq)
@@ -408,6 +548,7 @@ Drain ==
 \* one, with an empty queue, at its next flush or drain_results.
 Revive ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ ~down
     /\ wstate = DEAD
     /\ resq = <<>>
@@ -429,6 +570,7 @@ RequestsAfterCleanup(r) == [requests EXCEPT ![r] = {}]
 \* waits on any more is reclaimed if its phase is one of CleanupReclaims.
 Cleanup(r) ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ ~down
     /\ requests[r] # {}
     /\ LET ks == requests[r]
@@ -466,6 +608,7 @@ MarkMissForces(k) == MarkMissHonours(k)
 \* forced: a PENDING or IN_FLIGHT probe's own outcome lands.
 MarkMiss(ks) ==
     /\ UNCHANGED chainHistory
+    /\ StoreRefutes(ks)
     /\ ~down
     /\ ks # {}
     /\ \A k \in ks : Live(k)
@@ -491,6 +634,7 @@ MarkMiss(ks) ==
 \* History is kept: the invariants go on checking the states after it.
 Shutdown ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ ~down
     /\ down' = TRUE
     /\ phase' = [k \in Keys |-> ABSENT]
@@ -513,6 +657,7 @@ Shutdown ==
 
 TakeBatch ==
     /\ UNCHANGED chainHistory
+    /\ StoreMayEvict
     /\ wstate = UP
     /\ subq # <<>>
     /\ taken' = taken \cup Head(subq)
@@ -525,6 +670,7 @@ TakeBatch ==
 \* progress when the worker stopped may still finish).
 Publish(G, kind, ans) ==
     /\ UNCHANGED chainHistory
+    /\ StoreAnswered(G, kind, ans)
     /\ wstate # DEAD
     /\ G \in taken
     /\ resq' = Append(resq, Outcome(G, kind, ans, FALSE))
@@ -533,7 +679,11 @@ Publish(G, kind, ans) ==
     /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
                    wstate, subq, forced, sent, sentIn, applied, stale, moot, deaths>>
 
-Answers(G) == [G.probes -> {"hit", "miss"}]
+\* What a call may answer: anything, or what the store holds when the
+\* config models it.
+Answers(G) ==
+    IF StoreModelled THEN {[p \in G.probes |-> IF p[1] \in stored THEN "hit" ELSE "miss"]}
+    ELSE [G.probes -> {"hit", "miss"}]
 
 \* History: the backend's call for G returned in time with the answers ans
 \* (what it said, recorded apart from what the worker publishes).
@@ -578,6 +728,7 @@ SaturateOf(G) ==
 \* worker died or stopped: the call's thread outlives it).
 LateAnswerOf(G, ans) ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ G \in stuck
     /\ resq' = Append(resq, Outcome(G, "ok", ans, TRUE))
     /\ stuck' = stuck \ {G}
@@ -589,6 +740,7 @@ LateAnswerOf(G, ans) ==
 \* still answer late, and the death marker is published.
 Die ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ wstate = UP
     /\ deaths < MaxDeaths
     /\ wstate' = DEAD
@@ -778,6 +930,31 @@ ChainWindowWaits == ~chainAhead
 \* Every key a walk found stored was answered stored by a backend call for
 \* that generation (backendHit), and not forced.
 ChainHitsAnswered == ~chainUntoldHit
+
+\* --- The inferred walk's invariants (tla/chain-inferred.cfg) ---
+
+StoreTypeOK ==
+    /\ stored \subseteq Keys /\ refuted \subseteq Keys
+    /\ prefixAtHit \in [Keys -> BOOLEAN]
+
+\* Every key a walk would infer stored was in the store, with every key
+\* before it, when the backend last answered the walk's boundary key stored
+\* (true of a prefix-closed store; chain-inferred-holes.cfg shows it fails
+\* when the store has holes).
+InferredStored == \A r \in Reqs : Infers(r) => prefixAtHit[Chain[SearchHi(r) - 1]]
+
+\* A search answers only at a boundary its request verified: the boundary
+\* key answered stored by a call (not forced), or no key stored, and the
+\* next key known NOT stored, or the chain's end.
+InferredBoundaryVerified ==
+    \A r \in Reqs : Searching /\ SearchDecided(r) =>
+        LET b == SearchHi(r) - 1
+        IN /\ b = 0 \/ (KnownHit(r, b) /\ <<Chain[b], gen[Chain[b]]>> \in backendHit /\ ~forced[Chain[b]])
+           /\ b = Len(Chain) \/ KnownMiss(r, b + 1)
+
+\* No walk infers across a refuted key: after a failed load the chain is
+\* walked exactly.
+RefutedWalkedExactly == \A r \in Reqs : Infers(r) => refuted \cap ChainKeys = {}
 
 -----------------------------------------------------------------------------
 (* Invariants that pin an output or a verdict to what happened elsewhere   *)

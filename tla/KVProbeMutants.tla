@@ -123,6 +123,7 @@ LeavesInFlight(k) == IF phase[k] = IN_FLIGHT THEN IN_FLIGHT ELSE RESOLVED
 \* probes stay IN_FLIGHT.
 PublishesNothing(G) ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED store
     /\ wstate # DEAD
     /\ G \in taken
     /\ taken' = taken \ {G}
@@ -197,5 +198,18 @@ NoMissBeforeWindow(i) == \A j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # 
 \* window-presumed-stored: a walk reports the keys of a window not answered
 \* yet as stored.
 FindsUnansweredStored(k) == verdict[k] \in {"hit", "none"}
+
+-----------------------------------------------------------------------------
+(* The inferred walk (tla/chain-inferred.cfg) *)
+
+\* search-infers-unverified: the search answers once a single position
+\* separates what it knows stored from what it knows NOT stored, counting
+\* that position stored unprobed (SearchDecided <- DecidedOneShort).
+DecidedOneShort(r) == SearchHi(r) <= SearchLo(r) + 2
+
+\* search-skips-exact-rewalk: a refuted key does not stop the search: a
+\* chain whose inferred key failed to load is inferred again
+\* (ChainTrusted <- TrustsRefuted).
+TrustsRefuted == TRUE
 
 =============================================================================

@@ -64,3 +64,35 @@ def test_corrupted_chain_trace_is_rejected(tmp_path: Path) -> None:
     assert events[index]["verdict"] is False
     events[index] = {**events[index], "verdict": True}
     assert main(["--quiet", "--trace", str(_write(events, tmp_path / "bad.ndjson"))]) == EXIT_TRACE_REJECTED
+
+
+def test_an_inferred_walk_and_its_exact_rewalk_trace_as_lookups_accepted_by_tlc(tmp_path: Path) -> None:
+    # A hole at K3 of four keys: the search checks positions 0, 1, 3 (all
+    # stored) and infers K3; the failed load's mark_miss makes the next walk
+    # exact, which checks K3.
+    k4 = b"\x04" * 4
+    keys = [K1, K2, K3, k4]
+    events: list[dict[str, object]] = []
+    m = AsyncLookupManager(InMemoryBackend([K1, K2, k4]), worker="manual", trace=events.append, chain_mode="inferred")
+    worker = m.worker
+    assert isinstance(worker, ManualWorker)
+    answers = []
+    for _ in range(4):
+        answers.append(m.lookup_chain(keys, R1))
+        m.flush()
+        worker.run_all()
+    assert answers[-1] == ChainAnswer(4, False, False, 3, 1)  # K3 inferred
+    m.mark_miss([K3])
+    for _ in range(2):
+        answers.append(m.lookup_chain(keys, R1))
+        m.flush()
+        worker.run_all()
+    assert answers[-1] == ChainAnswer(2, True, False, 3, 0)
+    m.cleanup("r1")
+    m.shutdown()
+    lookups = [(bytes.fromhex(str(e["key"])), e.get("index")) for e in events if e["action"] == "Lookup"]
+    searched = [K1, K1, K2, K1, K2, k4, K1, K2, k4]  # one new position per step, the rest re-read
+    assert lookups[: len(searched)] == [(k, None) for k in searched]
+    # Exact: K3 is asked (and K4, in its window), then the walk stops at K3.
+    assert lookups[len(searched) :] == [(K1, 0), (K2, 1), (K3, 2), (k4, 3), (K1, 0), (K2, 1), (K3, 2)]
+    assert main(["--quiet", "--trace", str(_write(events, tmp_path / "inferred.ndjson"))]) == EXIT_OK

@@ -1,9 +1,12 @@
-"""The chain walk in the TLA+ model: tla/chain.cfg and chain-window.cfg pass, and TLC catches each chain mutant.
+"""The chain walk in the TLA+ model: the chain configs pass, and TLC catches each chain mutant.
 
 The walk's part of Lookup (KVProbe.tla, block "The chain walk") is inert on
 the other configs (their chain is empty); the chain configs put a chain of
 every key in its place.  Each chain mutant must be reported by the clause
-written against it, on the config kvprobe.tlc_mutants names for it.
+written against it, on the config kvprobe.tlc_mutants names for it.  The
+inferred walk (block "The store and the inferred walk") is checked on
+chain-inferred.cfg, a prefix-closed store; on chain-inferred-holes.cfg, a
+store with holes (the assumption broken), InferredStored must fail.
 """
 
 from __future__ import annotations
@@ -23,11 +26,19 @@ CAUGHT_BY = {
     "window-skips-ahead": "ChainWindowWaits",
     "probe-after-miss": "ChainStopsAtMiss",
     "window-presumed-stored": "ChainHitsAnswered",
+    "search-infers-unverified": "InferredBoundaryVerified",
+    "search-skips-exact-rewalk": "RefutedWalkedExactly",
 }
 
 
 #: The config each chain mutant is caught on (``kvprobe check --mutant NAME`` picks it).
-CONFIGS = {"window-skips-ahead": "chain", "probe-after-miss": "chain-window", "window-presumed-stored": "chain"}
+CONFIGS = {
+    "window-skips-ahead": "chain",
+    "probe-after-miss": "chain-window",
+    "window-presumed-stored": "chain",
+    "search-infers-unverified": "chain-inferred",
+    "search-skips-exact-rewalk": "chain-inferred",
+}
 
 
 def test_every_chain_mutant_has_its_chain_config_and_a_clause() -> None:
@@ -44,6 +55,15 @@ def test_the_chain_configs_pass(config: str) -> None:
     result = _cached_run(tla_dir() / root_module(None), text, 1, ())
     assert result.outcome == "ok", (result.outcome, result.property, result.errors)
     assert result.coverage["Lookup"][1] > 0
+
+
+def test_a_store_with_holes_breaks_the_inferred_walk() -> None:
+    # The assumption broken: a key is stored while one before it is not.
+    # The walk infers the missing key stored: the expected counterexample.
+    text = (tla_dir() / "chain-inferred-holes.cfg").read_text()
+    assert "PrefixClosed = FALSE" in text and "    InferredStored\n" in text
+    result = _cached_run(tla_dir() / root_module(None), text, 1, ())
+    assert (result.outcome, result.property) == ("invariant", "InferredStored"), result.errors
 
 
 @pytest.mark.parametrize("mutant", sorted(CAUGHT_BY))

@@ -51,6 +51,8 @@ class MachineOptions:
     max_stuck: int
     #: The first windows a chain walk is drawn with (``windows.ALL``: one window); empty: the manager's own.
     chain_windows: tuple[int, ...] = ()
+    #: How the manager's ``lookup_chain`` walks: ``"exact"`` or ``"inferred"`` (set on its core).
+    chain_mode: str = "exact"
 
     @property
     def manual(self) -> bool:
@@ -152,6 +154,9 @@ class MachineBase(RuleBasedStateMachine):
             trace=self.ghosts,
         )
         self.ghosts.bind(self.m.core)
+        self.m.core.chain_mode = options.chain_mode
+        # Inferred mode: the keys given to MarkMiss, whose chains the model walks exactly.
+        self.refuted: set[bytes] = set()
         self.s = model.initial()
         self.expected_calls: list[tuple[tuple[bytes, ...], str | None]] = []
         self._cached: tuple[tuple[int, ...], model.State] | None = None

@@ -20,6 +20,7 @@ from typing import Any, cast
 from hypothesis.stateful import RuleBasedStateMachine
 
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker
+from kvprobe.statemachine.inferred import chain_mode_name
 from kvprobe.statemachine.windows import chain_window_size
 from kvprobe.testing.stateful.base import RECIPE_ATTRIBUTE, MachineOptions, RuleRecipe
 from kvprobe.testing.stateful.checks import Checks
@@ -48,6 +49,7 @@ def lookup_machine(
     budget_s: float | None = None,
     max_stuck: int = 1,
     chain_windows: Sequence[int | str] | None = (1, 2),
+    chain_mode: str = "exact",
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -85,12 +87,17 @@ def lookup_machine(
             play on the short chains the machine draws: with 1, a window
             opens at the second key; with 2, a miss can precede a key of
             its own window.
+        chain_mode: how the manager's ``lookup_chain`` walks, set on its
+            core: ``"exact"``, or ``"inferred"`` (the search of
+            :mod:`kvprobe.statemachine.inferred`, against the model's
+            :func:`~kvprobe.spec.model_chain.lookup_chain_inferred`).
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``, or
             ``max_stuck`` is not a positive int.
         InvalidInputError, InvalidValueError: one of ``chain_windows`` is a
-            window the manager would refuse.
+            window the manager would refuse, or ``chain_mode`` a mode it
+            would refuse.
     """
     if worker not in ("manual", "thread"):
         raise ValueError(f"worker must be 'manual' or 'thread', got {worker!r}")
@@ -109,6 +116,7 @@ def lookup_machine(
         budget_s=budget_s,
         max_stuck=max_stuck,
         chain_windows=() if chain_windows is None else tuple(chain_window_size(w) for w in chain_windows),
+        chain_mode=chain_mode_name(chain_mode),
     )
     name = f"LookupMachine_{manager_class.__name__}_{worker}"
     namespace: dict[str, Any] = {"options": options, "last_effects": [], "__qualname__": name}

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 
 from kvprobe.spec import model, model_chain
-from kvprobe.statemachine import ManagerClosedError, ReqContext
+from kvprobe.statemachine import ChainAnswer, ManagerClosedError, ReqContext
 from kvprobe.testing.stateful.base import MachineBase, is_open, machine_rule
 from kvprobe.testing.stateful.tier import FAILURES, short_name, shown
 
@@ -35,7 +35,7 @@ class SchedulerActions(MachineBase):
             f"the model {shown(want)}"
         )
 
-    def LookupChain(self, keys: list[bytes], req: str, window: int | None = None) -> None:
+    def LookupChain(self, keys: list[bytes], req: str, window: int | None = None) -> ChainAnswer:
         """lookup_chain: the model's walk (kvprobe.spec.model_chain), the Lookup
         of each key its window rule allows, in order (each one traced and
         validated as a Lookup event).  Every key the answer counts as
@@ -51,20 +51,35 @@ class SchedulerActions(MachineBase):
             self.m.core.chain_window = window
         first = self.m.core.chain_window
         answer = self.m.lookup_chain(keys, ReqContext(req))
-        self.s, want = model_chain.lookup_chain(self.s, keys, req, first or None)
-        got = (answer.leading_hits, answer.stopped_at_miss, answer.pending, answer.looked_up)
+        asks_before = len(self.s.chain_asks)
+        got: tuple[int | bool, ...] = (answer.leading_hits, answer.stopped_at_miss, answer.pending, answer.looked_up)
+        want: tuple[int | bool, ...]
+        if self.options.chain_mode == "inferred":
+            self.s, want, refuted = model_chain.lookup_chain_inferred(
+                self.s, keys, req, first or None, frozenset(self.refuted)
+            )
+            self.refuted = set(refuted)
+            got = (*got, answer.inferred)
+        else:
+            self.s, want = model_chain.lookup_chain(self.s, keys, req, first or None)
         assert got == want, (
             f"lookup_chain({[k.hex() for k in keys]}, {req}): the manager answered {got}, the model says {want} "
-            f"(leading_hits, stopped_at_miss, pending, looked_up; first window {first or 'all'})"
+            f"(leading_hits, stopped_at_miss, pending, looked_up[, inferred]; first window {first or 'all'})"
         )
         states = self.m.core.states
-        for key in keys[: answer.leading_hits]:
+        counted = keys[: answer.leading_hits]
+        if answer.inferred:
+            # Inferred hits have no backend answer: the ones this walk probed must.
+            probed = {ask.key for ask in self.s.chain_asks[asks_before:]}
+            counted = [key for key in counted if key in probed and self.s.probes[key].verdict is True]
+        for key in counted:
             state = states.get(key)
             gen = -1 if state is None else state.generation
             assert (key, gen) in self.s.backend_hits and (key, gen) not in self.s.forced, (
                 f"ChainHitsAnswered: lookup_chain counted {short_name(key, self.options.keys)} as stored, "
                 f"but no backend call answered its generation {gen} stored"
             )
+        return answer
 
     @machine_rule(
         lambda o: {
@@ -113,6 +128,8 @@ class SchedulerActions(MachineBase):
     def MarkMiss(self, keys: list[bytes]) -> None:
         self.m.mark_miss(keys)
         self.s = model.mark_miss(self.s, keys)
+        if self.options.chain_mode == "inferred":
+            self.refuted.update(keys)
 
     @machine_rule(lambda o: {"roll": st.integers(0, 7)}, when=is_open)
     def Shutdown(self, roll: int) -> None:

@@ -10,7 +10,10 @@ traced as they are), or plays a liveness property out to its end:
   drain: the table must be empty;
 * ``RoundTrip`` (``kvprobe conform`` adds copies of it for weight): a
   request's lookups, the flush, the worker's answers, the drain, and the
-  request asking again.
+  request asking again;
+* ``ChainSearch`` (inferred mode, manual worker): a request's chain walked
+  step after step until decided, then the engine's loads of its inferred
+  keys (a load of a key not stored fails: MarkMiss), and the walk again.
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ def scheduler_ops(o: MachineOptions) -> SearchStrategy[list[tuple[Any, ...]]]:
         st.integers(1, len(o.keys)).map(lambda n: list(o.keys[:n])),
         st.lists(st.sampled_from(o.keys), max_size=4),
     )
+    if o.chain_mode == "inferred":
+        # The search skips positions only on chains of four keys or more: the
+        # pool repeated (a hole wherever a skipped key is not stored), and longer lists.
+        # Two lengths only, so that a request's walks of one chain go on step after step.
+        chain_keys = st.one_of(
+            st.sampled_from((4, 9)).map(lambda n: list((o.keys * 3)[:n])),
+            st.lists(st.sampled_from(o.keys), max_size=8),
+        )
     chain_window = st.sampled_from(o.chain_windows) if o.chain_windows else st.none()
     chain_op = st.tuples(st.just("chain"), chain_keys, st.sampled_from(o.reqs), chain_window)
     return st.lists(
@@ -135,6 +146,32 @@ class Sequences(SchedulerActions, WorkerActions):
                 self._expect_call(group)
                 worker_obj.complete(worker_obj.taken[gid])
                 self._answered(group)
+
+    @machine_rule(
+        lambda o: {"req": st.sampled_from(o.reqs), "length": st.sampled_from((4, 9)), "steps": st.integers(1, 6)},
+        when=is_open,
+        only=lambda o: o.chain_mode == "inferred" and o.manual,
+    )
+    def ChainSearch(self, req: str, length: int, steps: int) -> None:
+        """A request walks the pool repeated (``length`` keys) for up to ``steps``
+        steps (walk, Flush, the worker's answers, Drain) until decided; the
+        engine loads the inferred keys, MarkMiss on those the tier does not
+        store (the broken assumption, found by a failed load), and the request
+        walks once more (exactly, if a key was refuted)."""
+        keys = list((self.options.keys * 3)[:length])
+        for _ in range(steps):
+            answer = self.LookupChain(keys, req)
+            if answer.decided or self.s.worker_dead:
+                break
+            self.Flush(None)
+            while self.s.queue and not self.s.worker_dead:
+                self.WorkerServesBatch()
+            self.Drain(False)
+        if answer.decided and answer.inferred:
+            failed = [key for key in keys[: answer.leading_hits] if key not in self.stored]
+            if failed:
+                self.MarkMiss(failed)
+        self.LookupChain(keys, req)
 
     @machine_rule(round_trip_arguments, when=is_open, only=lambda o: o.round_trips > 0)
     def RoundTrip(self, req: str, asked: list[bytes], change: tuple[bytes, bool] | None) -> None:
