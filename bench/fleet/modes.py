@@ -24,7 +24,14 @@ The modes here:
   measures, with no change here;
 * ``window``: ``lookup_chain(keys[:w])`` with ``w`` doubling from
   ``window0`` each time the first ``w`` are all known stored (windows kept
-  by the scheduler, on top of kvprobe).
+  by the scheduler, on top of kvprobe);
+* ``inferred``: the ``chain`` mode on a core walking as
+  ``AsyncLookupManager(chain_mode="inferred")`` does: it searches the stored
+  prefix's end (gallop, then bisect) and counts the keys before it stored
+  without asking.  The simulated tier is not prefix-closed for every prompt
+  (a returning conversation's own blocks can outlive the shared prefix
+  before them), and this simulation never calls ``mark_miss``, so where the
+  assumption breaks the answer is too long: counted ``answers_above_truth``.
 
 Lazy asking, exact.  The core guarantees that a request asking again about
 keys it already waits on changes nothing (``LookupCore.lookup``: "the same
@@ -46,6 +53,7 @@ from typing import Protocol
 
 from bench.fleet.workload import Prompt
 from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.inferred import EXACT, INFERRED
 from kvprobe.statemachine.records import ProbeState
 from kvprobe.statemachine.types import ReqContext
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
@@ -168,13 +176,17 @@ class Window(_ReadsStates):
 class Chain:
     """``lookup_chain(keys)`` at every ask, decided by its :class:`ChainAnswer` (kvprobe's chain contract)."""
 
-    name = "chain"
+    def __init__(self, walk: str = EXACT) -> None:
+        self.walk = walk
+        self.name = "chain" if walk == EXACT else walk
 
     def new_core(self) -> LookupCore:
-        # The manager's default walk (AsyncLookupManager sets it on its core;
-        # a bare core walks the whole chain at once).
+        # The manager's default window and the walk it is given
+        # (AsyncLookupManager sets both on its core; a bare core walks the
+        # whole chain at once).
         core = LookupCore()
         core.chain_window = DEFAULT_CHAIN_WINDOW
+        core.chain_mode = self.walk
         return core
 
     def ask(self, core: LookupCore, req: Request) -> int | None:
@@ -193,6 +205,7 @@ MODES: dict[str, Callable[[bool, int], LookupMode]] = {
     "per-key": lambda lazy, window0: PerKey(lazy),
     "chain": lambda lazy, window0: Chain(),
     "window": lambda lazy, window0: Window(lazy, window0),
+    "inferred": lambda lazy, window0: Chain(INFERRED),
 }
 
 

@@ -173,8 +173,8 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
-    # chain draws hollow and smaller: on this workload it lies on per-key.
-    looks = {"per-key": ("o", 8, None), "chain": ("s", 5, "none"), "window": ("d", 7, None)}
+    # chain draws hollow and smaller: in runs before its windows it lay on per-key.
+    looks = {"per-key": ("o", 8, None), "chain": ("s", 5, "none"), "window": ("d", 7, None), "inferred": ("^", 7, None)}
     panels = (
         ("heads_per_s", 1.0, "HEADs/s at the store (throttled included)"),
         ("throttled_fraction", 100.0, "% of HEADs answered 503 SlowDown"),

@@ -168,6 +168,21 @@ def test_the_backends_pace_sends_fewer_throttled_heads_and_loses_no_answer(mode:
     assert paced["stored_found"] >= unpaced["stored_found"]
 
 
+def test_the_inferred_walk_sends_a_few_heads_per_request_and_finds_the_stored_prefixes() -> None:
+    # chain_mode="inferred": O(log n) HEADs per request, far below the exact
+    # ideal (hits plus the first miss), so a store the exact walk overloads
+    # stays below its limit.
+    workload = dataclasses.replace(SMALL, arrivals_per_s=2.0)
+    for store in (_limit(1e9), _limit(1000)):
+        exact = _run(mode="chain", workload=workload, store=store, backend=BackendParams(paced=True))
+        inferred = _run(mode="inferred", workload=workload, store=store, backend=BackendParams(paced=True))
+        assert inferred["requests"] == exact["requests"]
+        assert inferred["answers_above_truth"] == 0  # this workload's tier is prefix-closed
+        assert inferred["heads_per_request"] < 0.2 * inferred["ideal_heads_per_request"], inferred["heads_per_request"]
+        assert inferred["throttled_fraction"] == 0.0 and inferred["stored_found"] == 1.0
+    assert exact["throttled_fraction"] > 0.1 and exact["stored_found"] < 1.0  # the exact walk under the 1,000/s limit
+
+
 def test_retries_turn_throttled_heads_into_hits_when_the_deadline_allows() -> None:
     # Mild overload: some HEADs are throttled, backoff finds room before the 5 s deadline.
     with_retry = _run(retry=True, store=_limit(2000))

@@ -119,7 +119,13 @@ def test_a_small_fleet_settles_after_its_rounds_and_finds_its_blocks_once_split(
 
 
 def test_modes_are_made_by_name_and_bad_names_are_refused() -> None:
-    assert {name: type(make_mode(name)) for name in MODES} == {"per-key": PerKey, "chain": Chain, "window": Window}
+    assert {name: type(make_mode(name)) for name in MODES} == {
+        "per-key": PerKey,
+        "chain": Chain,
+        "window": Window,
+        "inferred": Chain,
+    }
+    assert {name: make_mode(name).name for name in MODES} == {name: name for name in MODES}
     with pytest.raises(ValueError, match="mode must be one of"):
         make_mode("gallop")
     with pytest.raises(ValueError, match="window0 must be >= 1"):
