@@ -58,6 +58,7 @@ from kvprobe.statemachine.rules import (
     IN_FLIGHT,
     MARK_MISS_NEXT,
     PENDING,
+    RECALLED,
     TO_IN_FLIGHT,
 )
 from kvprobe.statemachine.types import (
@@ -74,6 +75,7 @@ from kvprobe.statemachine.types import (
     Stats,
     is_death_marker,
 )
+from kvprobe.statemachine.verdict_cache import VerdictMemory
 from kvprobe.statemachine.windows import ALL
 
 _C = TypeVar("_C")
@@ -153,6 +155,10 @@ class LookupCore:
         #: core walks the whole chain; ``AsyncLookupManager(chain_window=...)``
         #: checks the value it sets (default ``windows.DEFAULT_CHAIN_WINDOW``).
         self.chain_window: int = ALL
+        #: The opt-in verdict cache (:mod:`kvprobe.statemachine.verdict_cache`):
+        #: None (the default) remembers nothing across requests;
+        #: ``AsyncLookupManager(verdict_cache=...)`` sets one.
+        self.memory: VerdictMemory | None = None
 
     @property
     def stats(self) -> Stats:
@@ -220,8 +226,7 @@ class LookupCore:
         if request is None:
             request = self.requests[req_id] = WaitingRequest(req_id, req_context)
         if state is None:
-            self._new_probe(key, request)
-            return None
+            return self._new_probe(key, request)
         # Another request joins the probe (its phase does not change); the
         # early return above ruled out a request already waiting on it.
         state.waiters.add(req_id)
@@ -233,24 +238,33 @@ class LookupCore:
         request.states.append(state)
         return state.verdict
 
-    def _new_probe(self, key: bytes, request: WaitingRequest) -> None:
-        """The Lookup of a key without a state: a new generation, PENDING, for ``request``.
+    def _new_probe(self, key: bytes, request: WaitingRequest) -> bool | None:
+        """The Lookup of a key without a state: a new generation for ``request``; its verdict.
 
         The one place a :class:`ProbeState` is made and its fields are set
         (:meth:`lookup` and the chain walk both come here): it joins the
-        table, this step's batch and the request's list of states.
+        table and the request's list of states.  It is PENDING and joins this
+        step's batch (the verdict is None), unless the verdict cache
+        remembers a fresh backend answer for the key: then it is RESOLVED at
+        once with that verdict and never probed (``lifecycle.RECALL_RULE``).
         """
         generation = self._last_generation = self._last_generation + 1
         state = ProbeState()
-        state.phase = PENDING
         state.generation = generation
         state.waiters = {request.req_id}
-        state.verdict = None
         state.key = key
         state.owner = request
+        memory = self.memory
+        verdict = None if memory is None else memory.recall(key)
+        state.verdict = verdict
         self.states[key] = state
-        self.step_batch.append(state)
+        if verdict is None:
+            state.phase = PENDING
+            self.step_batch.append(state)
+        else:
+            state.phase = RECALLED
         request.states.append(state)
+        return verdict
 
     def lookup_chain(self, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
         """The Lookup action of each key in order, stopping at the first known MISS or the window's end.
@@ -392,11 +406,17 @@ class LookupCore:
         # Counted locally and added once: a stats attribute update per key
         # costs as much as the state change itself.
         hits = misses = stale = 0
+        # Only the backend's own answer for the live generation is remembered:
+        # a failure's MISS says nothing about the store, and a stale result
+        # may be older than a mark_miss that forgot the key.
+        memory = self.memory if outcome.failure is None else None
         # One verdict per key (a miscounted outcome became a failure above).
         for state, verdict in zip(group.states, verdicts, strict=False):
             if state.phase is not in_flight:
                 stale += 1
                 continue
+            if memory is not None:
+                memory.remember(state.key, verdict)
             if state.waiters:
                 state.phase = answered
                 state.verdict = verdict
@@ -500,7 +520,8 @@ class LookupCore:
         """MarkMiss action: force MISS for keys whose load from the tier failed.
 
         Keys without a state are counted and ignored (the next lookup probes
-        them afresh).  A later result of the probe that was in flight is
+        them afresh).  The verdict cache, if any, forgets every key given
+        (a remembered "stored" whose load failed is served no more).  A later result of the probe that was in flight is
         dropped, so the MISS sticks until the state is reclaimed.
 
         Raises:
@@ -511,7 +532,10 @@ class LookupCore:
         keys = key_list(keys, "mark_miss")
         states = self.states
         stats = self._stats
+        memory = self.memory
         for key in keys:
+            if memory is not None:
+                memory.forget(key)
             state = states.get(key)
             if state is None:
                 stats.unknown_mark_miss += 1
@@ -553,6 +577,8 @@ class LookupCore:
         step_batch.clear()
         self.outstanding.clear()
         inbox.clear()
+        if self.memory is not None:
+            self.memory.clear()
 
     # --- Observation -----------------------------------------------------------
 

@@ -15,6 +15,7 @@ swaps its tables for closed ones that raise ``ManagerClosedError``.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -36,6 +37,7 @@ from kvprobe.statemachine.types import (
     Stats,
     WrongThreadError,
 )
+from kvprobe.statemachine.verdict_cache import VerdictCache, VerdictMemory
 from kvprobe.statemachine.weak_backend import BackendAnchor, WeakBackend
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, chain_window_size, window_name
 from kvprobe.statemachine.workers import (
@@ -92,6 +94,11 @@ class AsyncLookupManager:
             it is known stored; see :mod:`kvprobe.statemachine.windows`), or
             ``"all"``: every key up to the first known miss at once (fewest
             steps to an answer, most backend checks).
+        verdict_cache: None (default): every request's lookups ask the
+            backend afresh.  A :class:`~kvprobe.statemachine.verdict_cache.VerdictCache`:
+            the backend's answers are remembered across requests, bounded in
+            entries and time (docs/cache.md); a key asked again within its
+            TTL is answered at once, without a probe.
 
     A manager dropped without ``shutdown`` stops its worker when it is
     garbage-collected (its threads end once their calls return), even when
@@ -102,12 +109,15 @@ class AsyncLookupManager:
 
     Raises:
         InvalidInputError: ``backend`` has no callable ``batch_lookup``,
-            ``worker`` is not a worker, ``name`` is not a string, or a number
-            argument is not a number.  Nothing was started.
+            ``worker`` is not a worker, ``name`` is not a string, a number
+            argument is not a number, or ``verdict_cache`` is not a
+            ``VerdictCache``.  Nothing was started.
         InvalidValueError: a timeout is not positive or above
             ``threading.TIMEOUT_MAX``, ``busy_call_hold_s`` is negative, a
             count is below 1, ``worker`` is an unknown string, or
-            ``chain_window`` is below 1 or a string other than ``"all"``.
+            ``chain_window`` is below 1 or a string other than ``"all"``,
+            or ``verdict_cache`` is given with ``trace`` (a trace does not
+            record what the cache answers, so it could not be checked).
             Nothing was started.
     """
 
@@ -128,6 +138,7 @@ class AsyncLookupManager:
         trace: TraceSink | None = None,
         shutdown_timeout_s: float = 5.0,
         chain_window: int | Literal["all"] = DEFAULT_CHAIN_WINDOW,
+        verdict_cache: VerdictCache | None = None,
     ) -> None:
         if not callable(getattr(backend, "batch_lookup", None)):
             raise InvalidInputError(
@@ -144,6 +155,9 @@ class AsyncLookupManager:
         first_window = chain_window_size(chain_window)
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
+        memory = None if verdict_cache is None else VerdictMemory(verdict_cache, time.monotonic)
+        if memory is not None and trace is not None:
+            raise InvalidValueError("verdict_cache cannot be combined with trace: the trace does not record the cache")
         if isinstance(worker, str):
             if worker not in ("thread", "manual"):
                 raise InvalidValueError(f"worker must be 'thread', 'manual' or a Worker object, got {worker!r}")
@@ -160,6 +174,7 @@ class AsyncLookupManager:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
         self._core.chain_window = first_window
+        self._core.memory = memory
         if worker == "thread":
             self.worker: Worker = ThreadedWorker(
                 name=name,
