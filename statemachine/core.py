@@ -416,7 +416,7 @@ class LookupCore:
                 stale += 1
                 continue
             if memory is not None:
-                memory.remember(state.key, verdict)
+                memory.remember(state.key, state.generation, verdict)
             if state.waiters:
                 state.phase = answered
                 state.verdict = verdict

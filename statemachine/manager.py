@@ -115,9 +115,7 @@ class AsyncLookupManager:
         InvalidValueError: a timeout is not positive or above
             ``threading.TIMEOUT_MAX``, ``busy_call_hold_s`` is negative, a
             count is below 1, ``worker`` is an unknown string, or
-            ``chain_window`` is below 1 or a string other than ``"all"``,
-            or ``verdict_cache`` is given with ``trace`` (a trace does not
-            record what the cache answers, so it could not be checked).
+            ``chain_window`` is below 1 or a string other than ``"all"``.
             Nothing was started.
     """
 
@@ -156,8 +154,6 @@ class AsyncLookupManager:
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
         memory = None if verdict_cache is None else VerdictMemory(verdict_cache, time.monotonic)
-        if memory is not None and trace is not None:
-            raise InvalidValueError("verdict_cache cannot be combined with trace: the trace does not record the cache")
         if isinstance(worker, str):
             if worker not in ("thread", "manual"):
                 raise InvalidValueError(f"worker must be 'thread', 'manual' or a Worker object, got {worker!r}")

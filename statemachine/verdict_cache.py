@@ -84,7 +84,11 @@ class VerdictCache:
 
 
 class VerdictMemory:
-    """The remembered verdicts of one core: key -> (verdict, served until), LRU first.
+    """The remembered verdicts of one core: key -> (verdict, served until, generation), LRU first.
+
+    The generation is that of the probe the backend answered: nothing here
+    reads it; the property suite's abstraction does, to check each entry
+    against what the backend said (``kvprobe.spec.model_cache``).
 
     Counters (read them, never write): ``recalled`` lookups served from
     memory, ``remembered`` answers stored, ``expired`` entries found past
@@ -103,7 +107,7 @@ class VerdictMemory:
             raise InvalidInputError(f"the verdict cache's clock must be callable, got {type(clock).__name__}")
         self.config = config
         self.clock = clock
-        self._entries: OrderedDict[bytes, tuple[bool, float]] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[bool, float, int]] = OrderedDict()
         self.recalled = 0
         self.remembered = 0
         self.expired = 0
@@ -121,7 +125,7 @@ class VerdictMemory:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        verdict, until = entry
+        verdict, until, _ = entry
         if self.clock() >= until:
             del self._entries[key]
             self.expired += 1
@@ -130,13 +134,13 @@ class VerdictMemory:
         self.recalled += 1
         return verdict
 
-    def remember(self, key: bytes, verdict: bool) -> None:
-        """Store the backend's answer for ``key`` (replacing any older one), if its TTL is not 0."""
+    def remember(self, key: bytes, generation: int, verdict: bool) -> None:
+        """Store the backend's answer for ``key``'s ``generation`` (replacing any older one), if its TTL is not 0."""
         self._entries.pop(key, None)
         ttl = self.config.hit_ttl_s if verdict else self.config.miss_ttl_s
         if ttl == 0.0:
             return
-        self._entries[key] = (verdict, self.clock() + ttl)
+        self._entries[key] = (verdict, self.clock() + ttl, generation)
         self.remembered += 1
         if len(self._entries) > self.config.max_entries:
             self._entries.popitem(last=False)
@@ -146,6 +150,10 @@ class VerdictMemory:
         """Drop ``key``'s entry, if any (its load failed: the next lookup probes)."""
         if self._entries.pop(key, None) is not None:
             self.forgotten += 1
+
+    def entries(self) -> list[tuple[bytes, bool, int, float]]:
+        """Every entry as ``(key, verdict, generation, served until)``, least recently used first."""
+        return [(key, verdict, generation, until) for key, (verdict, until, generation) in self._entries.items()]
 
     def clear(self) -> None:
         """Drop every entry (shutdown)."""

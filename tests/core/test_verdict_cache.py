@@ -90,12 +90,9 @@ def test_config_refuses_bad_values(kwargs: dict[str, object], error: type[Except
         VerdictCache(**kwargs)  # type: ignore[arg-type]
 
 
-def test_manager_refuses_a_wrong_cache_and_a_trace_with_a_cache() -> None:
-    backend = InMemoryBackend()
+def test_manager_refuses_a_wrong_cache() -> None:
     with pytest.raises(InvalidInputError, match="VerdictCache"):
-        AsyncLookupManager(backend, worker="manual", verdict_cache={"max_entries": 2})  # type: ignore[arg-type]
-    with pytest.raises(InvalidValueError, match="trace"):
-        AsyncLookupManager(backend, worker="manual", verdict_cache=VerdictCache(2, 1.0), trace=print)
+        AsyncLookupManager(InMemoryBackend(), worker="manual", verdict_cache={"max_entries": 2})  # type: ignore[arg-type]
 
 
 # --- the core --------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from hypothesis.stateful import RuleBasedStateMachine
 
-from kvprobe.statemachine import AsyncLookupManager, ManualWorker
+from kvprobe.statemachine import AsyncLookupManager, ManualWorker, VerdictCache
 from kvprobe.statemachine.windows import chain_window_size
 from kvprobe.testing.stateful.base import RECIPE_ATTRIBUTE, MachineOptions, RuleRecipe
 from kvprobe.testing.stateful.checks import Checks
@@ -48,6 +48,7 @@ def lookup_machine(
     budget_s: float | None = None,
     max_stuck: int = 1,
     chain_windows: Sequence[int | str] | None = (1, 2),
+    verdict_cache: VerdictCache | None = None,
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -85,6 +86,9 @@ def lookup_machine(
             play on the short chains the machine draws: with 1, a window
             opens at the second key; with 2, a miss can precede a key of
             its own window.
+        verdict_cache: the manager's verdict cache (docs/cache.md), its
+            clock driven by the ``Tick`` rule (which exists only then) and
+            its memory compared with the model's; None (default): no cache.
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``, or
@@ -109,6 +113,7 @@ def lookup_machine(
         budget_s=budget_s,
         max_stuck=max_stuck,
         chain_windows=() if chain_windows is None else tuple(chain_window_size(w) for w in chain_windows),
+        verdict_cache=verdict_cache,
     )
     name = f"LookupMachine_{manager_class.__name__}_{worker}"
     namespace: dict[str, Any] = {"options": options, "last_effects": [], "__qualname__": name}

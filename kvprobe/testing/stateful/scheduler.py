@@ -114,6 +114,30 @@ class SchedulerActions(MachineBase):
         self.m.mark_miss(keys)
         self.s = model.mark_miss(self.s, keys)
 
+    @machine_rule(
+        lambda o: {"seconds": st.sampled_from((0.5, 1.0, 2.0))},
+        when=is_open,
+        only=lambda o: o.verdict_cache is not None,
+    )
+    def Tick(self, seconds: float) -> None:
+        """The verdict cache's clock advances (remembered answers age; some expire)."""
+        self.now += seconds
+        self.s = model.tick(self.s, seconds)
+
+    @machine_rule(
+        lambda o: {"req": st.sampled_from(o.reqs), "key": st.sampled_from(o.keys)},
+        when=is_open,
+        only=lambda o: o.verdict_cache is not None,
+    )
+    def Revisit(self, req: str, key: bytes) -> None:
+        """Cleanup then Lookup by the same id: a request finishes and the next one asks.
+
+        A key nobody else waits on is reclaimed in between, so the lookup
+        makes a new state: the case the verdict cache serves from memory.
+        """
+        self.Cleanup(req)
+        self.Lookup(key, req)
+
     @machine_rule(lambda o: {"roll": st.integers(0, 7)}, when=is_open)
     def Shutdown(self, roll: int) -> None:
         # Shutdown ends the interesting part of a run, so it happens on one roll in eight.
