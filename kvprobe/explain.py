@@ -142,6 +142,12 @@ VARIABLES: dict[str, tuple[str, Callable[[TlaValue], str]] | None] = {
     "chainAhead": None,
     "chainPastMiss": None,
     "chainUntoldHit": None,
+    # The verdict cache (tla/cache.cfg): what is remembered per key; the rest is history.
+    "mem": ("remembered", _per_key),
+    "memGen": None,
+    "recalled": None,
+    "forgot": None,
+    "backendMiss": None,
 }
 
 

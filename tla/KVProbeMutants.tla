@@ -123,6 +123,7 @@ LeavesInFlight(k) == IF phase[k] = IN_FLIGHT THEN IN_FLIGHT ELSE RESOLVED
 \* probes stay IN_FLIGHT.
 PublishesNothing(G) ==
     /\ UNCHANGED chainHistory
+    /\ UNCHANGED memory
     /\ wstate # DEAD
     /\ G \in taken
     /\ taken' = taken \ {G}
@@ -155,6 +156,7 @@ SaturatesAsStored(G) ==
     /\ Publish(G, "ok", [p \in G.probes |-> "hit"])
     /\ taken' = taken \ {G}
     /\ UNCHANGED <<stuck, backendHit>>
+    /\ UNCHANGED memory
 
 \* stale-answer-applied: an outcome applies to a key's state whatever the
 \* generation (MatchesAnyGeneration), with the answer of the outcome's own
@@ -177,6 +179,8 @@ ForcesEveryLiveKey(k) == TRUE
 PublishesWhenIdle(G, ans) ==
     /\ taken = {G}
     /\ CallReturned(G, ans)
+    /\ backendMiss' = IF CacheOn THEN backendMiss \cup {p \in G.probes : ans[p] = "miss"} ELSE backendMiss
+    /\ UNCHANGED <<mem, memGen, recalled, forgot>>
     /\ Publish(G, "ok", ans)
     /\ taken' = {}
     /\ UNCHANGED stuck
@@ -197,5 +201,16 @@ NoMissBeforeWindow(i) == \A j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # 
 \* window-presumed-stored: a walk reports the keys of a window not answered
 \* yet as stored.
 FindsUnansweredStored(k) == verdict[k] \in {"hit", "none"}
+
+-----------------------------------------------------------------------------
+(* The verdict cache (tla/cache.cfg) *)
+
+\* cache-keeps-marked-miss: MarkMiss does not make the cache forget, so a
+\* remembered "stored" whose load failed is served again.
+ForgetsNothing(ks, k) == FALSE
+
+\* cache-remembers-failure: the cache remembers whatever Drain applies: the
+\* MISS of a failure, timeout, saturation or dead worker too.
+RemembersAnyOutcome(o) == TRUE
 
 =============================================================================
