@@ -54,6 +54,8 @@ class MachineOptions:
     chain_windows: tuple[int, ...] = ()
     #: The manager's verdict cache (its clock is the machine's ``Tick`` rule); None: no cache.
     verdict_cache: VerdictCache | None = None
+    #: Whether a scheduler step may walk a chain (``lookup_chain``); else single lookups only.
+    chain_walks: bool = True
 
     @property
     def manual(self) -> bool:

@@ -49,6 +49,7 @@ def lookup_machine(
     max_stuck: int = 1,
     chain_windows: Sequence[int | str] | None = (1, 2),
     verdict_cache: VerdictCache | None = None,
+    chain_walks: bool = True,
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -89,6 +90,8 @@ def lookup_machine(
         verdict_cache: the manager's verdict cache (docs/cache.md), its
             clock driven by the ``Tick`` rule (which exists only then) and
             its memory compared with the model's; None (default): no cache.
+        chain_walks: whether a scheduler step may walk a chain with
+            ``lookup_chain`` (default); False: single lookups only.
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``, or
@@ -114,6 +117,7 @@ def lookup_machine(
         max_stuck=max_stuck,
         chain_windows=() if chain_windows is None else tuple(chain_window_size(w) for w in chain_windows),
         verdict_cache=verdict_cache,
+        chain_walks=chain_walks,
     )
     name = f"LookupMachine_{manager_class.__name__}_{worker}"
     namespace: dict[str, Any] = {"options": options, "last_effects": [], "__qualname__": name}

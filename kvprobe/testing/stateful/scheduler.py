@@ -125,17 +125,22 @@ class SchedulerActions(MachineBase):
         self.s = model.tick(self.s, seconds)
 
     @machine_rule(
-        lambda o: {"req": st.sampled_from(o.reqs), "key": st.sampled_from(o.keys)},
+        lambda o: {"req": st.sampled_from(o.reqs), "key": st.sampled_from(o.keys), "later": st.booleans()},
         when=is_open,
         only=lambda o: o.verdict_cache is not None,
     )
-    def Revisit(self, req: str, key: bytes) -> None:
+    def Revisit(self, req: str, key: bytes, later: bool) -> None:
         """Cleanup then Lookup by the same id: a request finishes and the next one asks.
 
         A key nobody else waits on is reclaimed in between, so the lookup
         makes a new state: the case the verdict cache serves from memory.
+        ``later``: the next request comes exactly the hit TTL later (so a
+        remembered "stored" has just expired: the end of a TTL is exclusive).
         """
         self.Cleanup(req)
+        cache = self.options.verdict_cache
+        if later and cache is not None:
+            self.Tick(cache.hit_ttl_s)
         self.Lookup(key, req)
 
     @machine_rule(lambda o: {"roll": st.integers(0, 7)}, when=is_open)
