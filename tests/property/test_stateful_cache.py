@@ -22,8 +22,10 @@ CACHE = VerdictCache(max_entries=2, hit_ttl_s=1.5, miss_ttl_s=0.5)
 # No chain walks yet: statemachine/chain.py's walk takes a key served from
 # memory for one not known yet (it ignores the verdict LookupCore._new_probe
 # returns), which this machine finds at once (the strict xfail of
-# tests/core/test_verdict_cache.py pins it).  Once the walk takes that
-# verdict, drop chain_walks=False here and in tests/mutants/test_cache_mutants.py.
+# tests/core/test_verdict_cache.py pins it), and spec/model_chain.py's
+# ChainHitsAnswered judges a recalled key by its own generation instead of
+# the one it was recalled from (model.State.recalled).  With both changed,
+# set WALKS = True (and chain_walks in tests/mutants/test_cache_mutants.py).
 WALKS = False
 
 # The manual worker: every interleaving of lookups, answers, failures, forced misses and time.

@@ -61,7 +61,9 @@ class SchedulerActions(MachineBase):
         for key in keys[: answer.leading_hits]:
             state = states.get(key)
             gen = -1 if state is None else state.generation
-            assert (key, gen) in self.s.backend_hits and (key, gen) not in self.s.forced, (
+            # A key served from memory holds the answer of the generation it was recalled from.
+            answered = self.s.recalled.get((key, gen), gen)
+            assert (key, answered) in self.s.backend_hits and (key, gen) not in self.s.forced, (
                 f"ChainHitsAnswered: lookup_chain counted {short_name(key, self.options.keys)} as stored, "
                 f"but no backend call answered its generation {gen} stored"
             )
