@@ -147,6 +147,12 @@ VARIABLES: dict[str, tuple[str, Callable[[TlaValue], str]] | None] = {
     "stored": ("stored", _name),
     "refuted": ("refuted", _name),
     "prefixAtHit": None,
+    # The verdict cache (tla/cache.cfg): what is remembered per key; the rest is history.
+    "mem": ("remembered", _per_key),
+    "memGen": None,
+    "recalled": None,
+    "forgot": None,
+    "backendMiss": None,
 }
 
 

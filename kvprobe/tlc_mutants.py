@@ -45,6 +45,7 @@ KINDS: Mapping[str, str] = {
     "named": "named mutants, the defects seen in the field",
     "spec": "spec mutants, one-line slips that measure the invariants",
     "chain": "chain-walk mutants, each caught on a chain config (docs/chains.md)",
+    "cache": "verdict-cache mutants, each caught on cache.cfg by CacheProvenance (docs/cache.md)",
 }
 
 
@@ -82,6 +83,10 @@ def _spec_on(config: str, name: str, summary: str, **overrides: str) -> Mutant:
 
 def _chain(config: str, name: str, summary: str, **overrides: str) -> Mutant:
     return Mutant(name, "chain", summary, overrides, config)
+
+
+def _cache(name: str, summary: str, **overrides: str) -> Mutant:
+    return Mutant(name, "cache", summary, overrides, "cache")
 
 
 #: Every mutant, named ones first (DESIGN's field defects), then the spec mutants.
@@ -248,6 +253,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "search-skips-exact-rewalk",
         "the inferred walk infers across a key whose load failed (refuted) instead of walking exactly",
         ChainTrusted="TrustsRefuted",
+    ),
+    # --- the verdict cache (tla/cache.cfg) ---
+    _cache(
+        "cache-keeps-marked-miss",
+        "MarkMiss does not make the verdict cache forget the keys",
+        Forgets="ForgetsNothing",
+    ),
+    _cache(
+        "cache-remembers-failure",
+        "the verdict cache remembers a failure's MISS as a backend answer",
+        Remembers="RemembersAnyOutcome",
     ),
 )
 

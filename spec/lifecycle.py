@@ -39,6 +39,7 @@ __all__ = [
     "ALL_PHASES",
     "INITIAL",
     "NEXT_PHASE",
+    "RECALL_RULE",
     "RULES",
     "Event",
     "LifecycleError",
@@ -213,6 +214,18 @@ def compile_rules(rules: Iterable[Rule]) -> dict[tuple[Phase, Event, bool], Phas
 
 
 validate(RULES)
+
+#: The Lookup of a key without a state whose verdict the opt-in verdict
+#: cache still remembers (docs/cache.md): the same case as RULES' first row,
+#: under a guard RULES does not index (a fresh remembered backend answer for
+#: the key), so it is declared apart.  Without a cache it never happens.
+RECALL_RULE = Rule(
+    ABSENT,
+    Event.LOOKUP,
+    Waiters.SOME,
+    LookupPhase.RESOLVED,
+    "remembered backend answer within its TTL: resolved at once, never probed",
+)
 
 #: The hot path's view of :data:`RULES`.
 NEXT_PHASE: dict[tuple[Phase, Event, bool], Phase] = compile_rules(RULES)

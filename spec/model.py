@@ -64,7 +64,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from kvprobe.spec.lifecycle import ABSENT, Event
+from kvprobe.spec.lifecycle import ABSENT, RECALL_RULE, Event
+from kvprobe.spec.model_cache import forget, recall, remember, tick
 from kvprobe.spec.model_invariants import (
     INVARIANTS,
     AfterShutdownEmpty,
@@ -179,6 +180,7 @@ __all__ = [
     "saturate",
     "shutdown",
     "take_batch",
+    "tick",
     "time_out",
     "transition",
     "verdict_iff_resolved",
@@ -189,16 +191,24 @@ __all__ = [
 _BACKEND_ERRORS = frozenset({"raised", "raised_while_iterating", "short_result", "long_result", "bad_verdict"})
 
 
-def lookup(s: State, key: Key, req: str) -> tuple[State, bool | None]:
+def lookup(s: State, key: Key, req: str, *, fresh: bool | None = None) -> tuple[State, bool | None]:
     """Lookup: apply published outcomes, then the verdict if known, else None.
 
     A key without a state gets a new PENDING generation that joins the step
-    batch.  The answer is also left in ``out`` (:func:`LookupAnswers` reads
-    it).  Raises :class:`ModelClosedError` after shutdown.
+    batch, unless the verdict cache serves a remembered answer for it
+    (:func:`kvprobe.spec.model_cache.recall`, ``fresh`` as it takes it):
+    then the new generation is RESOLVED at once with that verdict.  The
+    answer is also left in ``out`` (:func:`LookupAnswers` reads it).  Raises
+    :class:`ModelClosedError` after shutdown, :class:`ModelError` when
+    ``fresh`` is True and nothing is remembered for the key.
     """
     s = drain_all(begin(s))
     probe = s.probes.get(key)
     counts = s.counts
+    if probe is None and s.cache is not None:
+        s, entry = recall(s, key, fresh)
+        if entry is not None:
+            return _recalled(s, key, req, entry.verdict, entry.gen)
     if probe is None:
         declared, dest = transition(ABSENT, Event.LOOKUP, True)
         assert declared and dest is PENDING
@@ -229,6 +239,24 @@ def lookup(s: State, key: Key, req: str) -> tuple[State, bool | None]:
         out=(key, req, joined.verdict),
     )
     return s, joined.verdict
+
+
+def _recalled(s: State, key: Key, req: str, verdict: bool, source: int) -> tuple[State, bool]:
+    """A new generation of ``key`` answered from memory: RESOLVED at once, never probed."""
+    dest = RECALL_RULE.dest
+    assert dest is RESOLVED
+    gen = s.next_gen
+    probes = {**s.probes, key: Probe(dest, gen, frozenset({req}), verdict)}
+    s = replace(
+        s,
+        probes=frozen_map(probes),
+        requests=_remember(s.requests, req, key),
+        next_gen=gen + 1,
+        out=(key, req, verdict),
+        told=frozen_map({**s.told, (key, gen): verdict}),
+        recalled=frozen_map({**s.recalled, (key, gen): source}),
+    )
+    return s, verdict
 
 
 def _remember(requests: Mapping[str, frozenset[Key]], req: str, key: Key) -> Mapping[str, frozenset[Key]]:
@@ -353,6 +381,9 @@ def apply_outcome(s: State, outcome: Outcome) -> State:
         if probe is None or after == probe:
             counts = bump(counts, stale_results_dropped=1)
             continue
+        if outcome.failure is None and probe.phase is IN_FLIGHT and probe.gen == gen:
+            # The backend's own answer for the generation asked: the cache may keep it.
+            s = remember(s, key, gen, bool(verdict))
         if after is None:
             del probes[key]
             counts = bump(counts, orphans_reclaimed=1)
@@ -422,6 +453,7 @@ def mark_miss(s: State, keys: Iterable[Key], *, skip_unresolved: bool = False) -
     not counted.  Raises :class:`ModelClosedError` after shutdown.
     """
     s = begin(s)
+    keys = list(keys)
     probes = dict(s.probes)
     counts = s.counts
     forced = set(s.forced)
@@ -444,7 +476,7 @@ def mark_miss(s: State, keys: Iterable[Key], *, skip_unresolved: bool = False) -
         else:
             probes[key] = after
     return replace(
-        s,
+        forget(s, keys),
         probes=frozen_map(probes),
         counts=counts,
         forced=frozenset(forced),
@@ -478,6 +510,7 @@ def shutdown(s: State) -> State:
         worker=STOPPED,
         death_unannounced=False,
         out=None,
+        memory=(),
     )
 
 

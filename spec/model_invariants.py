@@ -232,7 +232,7 @@ def LookupReturnsVerdict(s: State) -> bool:
     probe = s.probes.get(key)
     if probe is None or answer is not probe.verdict:
         return False
-    known = _forced(s, key) or s.applied.get((key, probe.gen), 0) > 0
+    known = _forced(s, key) or s.applied.get((key, probe.gen), 0) > 0 or (key, probe.gen) in s.recalled
     return (answer is None) is not known
 
 
@@ -240,10 +240,12 @@ def VerdictFromBackend(s: State) -> bool:
     """A RESOLVED state not forced is True exactly when the backend answered "stored" for it in time.
 
     ``backend_hits`` is written only where a call returns, so a saturated,
-    failed, timed-out or dead group's keys must be False.
+    failed, timed-out or dead group's keys must be False.  A generation
+    answered from the verdict cache is judged by the generation it was
+    recalled from (``recalled``).
     """
     return all(
-        probe.verdict is ((key, probe.gen) in s.backend_hits)
+        probe.verdict is ((key, s.recalled.get((key, probe.gen), probe.gen)) in s.backend_hits)
         for key, probe in s.probes.items()
         if probe.phase is RESOLVED and not _forced(s, key)
     )

@@ -29,6 +29,7 @@ __all__ = [
     "TIMEOUT",
     "UP",
     "WORKER_DIED",
+    "CacheSpec",
     "ChainAsk",
     "Counts",
     "Group",
@@ -37,6 +38,7 @@ __all__ = [
     "ModelError",
     "Outcome",
     "Probe",
+    "Remembered",
     "State",
     "begin",
     "bump",
@@ -164,6 +166,27 @@ class ChainAsk(NamedTuple):
     before: tuple[bool | None, ...]
 
 
+# --- the opt-in verdict cache (kvprobe.spec.model_cache) ----------------------------------
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """The verdict cache's configuration (``VerdictCache``'s fields): a TTL of 0 stores nothing."""
+
+    max_entries: int
+    hit_ttl: float
+    miss_ttl: float
+
+
+class Remembered(NamedTuple):
+    """One remembered backend answer: its key, verdict, the generation answered, and when it ends."""
+
+    key: Key
+    verdict: bool
+    gen: int
+    until: float
+
+
 @dataclass(frozen=True)
 class State:
     """The whole model state (immutable; mappings are read-only views).
@@ -205,6 +228,14 @@ class State:
     Lookup a walk made (:class:`ChainAsk`), and ``chain_counted``, each key a
     walk counted as stored: ``(key, gen, forced)``, forced telling whether a
     forced miss had hit that generation.
+
+    The opt-in verdict cache (:mod:`kvprobe.spec.model_cache`): ``cache``
+    is its configuration (None: no cache, and the memory stays empty),
+    ``now`` the time, ``memory`` the remembered answers (LRU first).
+    History: ``backend_misses`` mirrors ``backend_hits`` for the backend's
+    in-time "not stored" answers, ``recalled`` maps each generation answered
+    from memory to the generation whose answer it was, and ``invalidated``
+    lists the entries MarkMiss forgot.
     """
 
     probes: Mapping[Key, Probe] = field(default_factory=frozen_map)
@@ -237,6 +268,13 @@ class State:
     moot: frozenset[tuple[Key, int]] = frozenset()
     told: Mapping[tuple[Key, int], bool] = field(default_factory=frozen_map)
     backend_hits: frozenset[tuple[Key, int]] = frozenset()
+    # --- the verdict cache (kvprobe.spec.model_cache) ---
+    cache: CacheSpec | None = None
+    now: float = 0.0
+    memory: tuple[Remembered, ...] = ()
+    backend_misses: frozenset[tuple[Key, int]] = frozenset()
+    recalled: Mapping[tuple[Key, int], int] = field(default_factory=frozen_map)
+    invalidated: frozenset[tuple[Key, int]] = frozenset()
 
     @property
     def worker_dead(self) -> bool:

@@ -112,7 +112,8 @@ def complete_group(s: State, group_id: int, verdicts: Sequence[bool]) -> State:
     s = _answer_first(s, group_id, tuple(verdicts), None)
     # History: the call returned in time; what the backend said, recorded apart from what is published.
     stored = {(k, g) for k, g, v in zip(group.keys, group.gens, verdicts, strict=True) if v}
-    return replace(s, backend_hits=s.backend_hits | stored)
+    missing = {(k, g) for k, g, v in zip(group.keys, group.gens, verdicts, strict=True) if not v}
+    return replace(s, backend_hits=s.backend_hits | stored, backend_misses=s.backend_misses | missing)
 
 
 def late_answer(s: State, group_id: int, verdicts: Sequence[bool]) -> State:

@@ -39,6 +39,7 @@ from kvprobe.spec import model
 from kvprobe.spec.actions import WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event
 from kvprobe.spec.model import Group, ModelError, State
+from kvprobe.spec.model_cache import recall
 from kvprobe.spec.model_chain import chain_step
 
 __all__ = ["ReplayReport", "TraceChecker", "TraceDivergence", "check_trace", "main", "replay"]
@@ -152,7 +153,9 @@ class TraceChecker:
         if "index" in event:
             self.s, verdict = self.chain_lookup(event, key, req)
         else:
-            self.s, verdict = model.lookup(self.s, key, req)
+            # With a verdict cache, a new state RESOLVED at once was served from memory.
+            fresh = event.get("phase") == "RESOLVED" if self.s.cache is not None else None
+            self.s, verdict = model.lookup(self.s, key, req, fresh=fresh)
         if event.get("verdict") != verdict or type(event.get("verdict")) is not type(verdict):
             raise self.fail(event, f"lookup({key.hex()}, {req}) returned {event.get('verdict')!r}, model: {verdict!r}")
         probe = self.s.probes.get(key)
@@ -180,7 +183,11 @@ class TraceChecker:
         walked = self.walk[1]
         before = [probe.verdict if (probe := self.s.probes.get(k)) else None for k in walked]
         walked.append(key)
-        return chain_step(self.s, req, key, before, first)
+        s = model.drain_all(self.s)
+        if s.cache is not None and key not in s.probes and event.get("phase") != "RESOLVED":
+            # The walk probed a key it has an entry for: the entry had expired (as lookup's fresh=False).
+            s, _ = recall(s, key, fresh=False)
+        return chain_step(s, req, key, before, first)
 
     def flush(self, event: Mapping[str, object]) -> None:
         self.s, groups = model.flush(self.s)

@@ -12,6 +12,7 @@ from kvprobe.statemachine.core import LookupCore, ProbeState, WaitingRequest
 from kvprobe.statemachine.manager import AsyncLookupManager
 from kvprobe.statemachine.trace import NdjsonTrace, TracingCore
 from kvprobe.statemachine.types import *  # noqa: F403
+from kvprobe.statemachine.verdict_cache import VerdictCache
 from kvprobe.statemachine.workers import ManualWorker, ThreadedWorker, Worker, probe_group
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "ProbeState",
     "ThreadedWorker",
     "TracingCore",
+    "VerdictCache",
     "WaitingRequest",
     "Worker",
     "probe_group",

@@ -59,6 +59,7 @@ from kvprobe.statemachine.rules import (
     IN_FLIGHT,
     MARK_MISS_NEXT,
     PENDING,
+    RECALLED,
     TO_IN_FLIGHT,
 )
 from kvprobe.statemachine.types import (
@@ -75,6 +76,7 @@ from kvprobe.statemachine.types import (
     Stats,
     is_death_marker,
 )
+from kvprobe.statemachine.verdict_cache import VerdictMemory
 from kvprobe.statemachine.windows import ALL
 
 _C = TypeVar("_C")
@@ -161,6 +163,10 @@ class LookupCore:
         #: Inferred mode: keys whose load failed (``mark_miss``), latest last;
         #: a chain holding one is walked exactly (``inferred.refute``).
         self.refuted_keys: dict[bytes, None] = {}
+        #: The opt-in verdict cache (:mod:`kvprobe.statemachine.verdict_cache`):
+        #: None (the default) remembers nothing across requests;
+        #: ``AsyncLookupManager(verdict_cache=...)`` sets one.
+        self.memory: VerdictMemory | None = None
 
     @property
     def stats(self) -> Stats:
@@ -228,8 +234,7 @@ class LookupCore:
         if request is None:
             request = self.requests[req_id] = WaitingRequest(req_id, req_context)
         if state is None:
-            self._new_probe(key, request)
-            return None
+            return self._new_probe(key, request)
         # Another request joins the probe (its phase does not change); the
         # early return above ruled out a request already waiting on it.
         state.waiters.add(req_id)
@@ -241,24 +246,33 @@ class LookupCore:
         request.states.append(state)
         return state.verdict
 
-    def _new_probe(self, key: bytes, request: WaitingRequest) -> None:
-        """The Lookup of a key without a state: a new generation, PENDING, for ``request``.
+    def _new_probe(self, key: bytes, request: WaitingRequest) -> bool | None:
+        """The Lookup of a key without a state: a new generation for ``request``; its verdict.
 
         The one place a :class:`ProbeState` is made and its fields are set
         (:meth:`lookup` and the chain walk both come here): it joins the
-        table, this step's batch and the request's list of states.
+        table and the request's list of states.  It is PENDING and joins this
+        step's batch (the verdict is None), unless the verdict cache
+        remembers a fresh backend answer for the key: then it is RESOLVED at
+        once with that verdict and never probed (``lifecycle.RECALL_RULE``).
         """
         generation = self._last_generation = self._last_generation + 1
         state = ProbeState()
-        state.phase = PENDING
         state.generation = generation
         state.waiters = {request.req_id}
-        state.verdict = None
         state.key = key
         state.owner = request
+        memory = self.memory
+        verdict = None if memory is None else memory.recall(key)
+        state.verdict = verdict
         self.states[key] = state
-        self.step_batch.append(state)
+        if verdict is None:
+            state.phase = PENDING
+            self.step_batch.append(state)
+        else:
+            state.phase = RECALLED
         request.states.append(state)
+        return verdict
 
     def lookup_chain(self, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
         """The Lookup action of each key in order, stopping at the first known MISS or the window's end.
@@ -409,11 +423,17 @@ class LookupCore:
         # Counted locally and added once: a stats attribute update per key
         # costs as much as the state change itself.
         hits = misses = stale = 0
+        # Only the backend's own answer for the live generation is remembered:
+        # a failure's MISS says nothing about the store, and a stale result
+        # may be older than a mark_miss that forgot the key.
+        memory = self.memory if outcome.failure is None else None
         # One verdict per key (a miscounted outcome became a failure above).
         for state, verdict in zip(group.states, verdicts, strict=False):
             if state.phase is not in_flight:
                 stale += 1
                 continue
+            if memory is not None:
+                memory.remember(state.key, state.generation, verdict)
             if state.waiters:
                 state.phase = answered
                 state.verdict = verdict
@@ -517,7 +537,8 @@ class LookupCore:
         """MarkMiss action: force MISS for keys whose load from the tier failed.
 
         Keys without a state are counted and ignored (the next lookup probes
-        them afresh).  A later result of the probe that was in flight is
+        them afresh).  The verdict cache, if any, forgets every key given
+        (a remembered "stored" whose load failed is served no more).  A later result of the probe that was in flight is
         dropped, so the MISS sticks until the state is reclaimed.
 
         Raises:
@@ -530,7 +551,10 @@ class LookupCore:
             refute(self, keys)  # chains holding these keys are walked exactly from now on
         states = self.states
         stats = self._stats
+        memory = self.memory
         for key in keys:
+            if memory is not None:
+                memory.forget(key)
             state = states.get(key)
             if state is None:
                 stats.unknown_mark_miss += 1
@@ -572,6 +596,8 @@ class LookupCore:
         step_batch.clear()
         self.outstanding.clear()
         inbox.clear()
+        if self.memory is not None:
+            self.memory.clear()
 
     # --- Observation -----------------------------------------------------------
 

@@ -15,6 +15,7 @@ swaps its tables for closed ones that raise ``ManagerClosedError``.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -37,6 +38,7 @@ from kvprobe.statemachine.types import (
     Stats,
     WrongThreadError,
 )
+from kvprobe.statemachine.verdict_cache import VerdictCache, VerdictMemory
 from kvprobe.statemachine.weak_backend import BackendAnchor, WeakBackend
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, chain_window_size, window_name
 from kvprobe.statemachine.workers import (
@@ -100,6 +102,11 @@ class AsyncLookupManager:
             prefix's end in O(log n) probes and answers the keys before it
             stored by inference (``ChainAnswer.inferred`` counts them; see
             :mod:`kvprobe.statemachine.inferred`).
+        verdict_cache: None (default): every request's lookups ask the
+            backend afresh.  A :class:`~kvprobe.statemachine.verdict_cache.VerdictCache`:
+            the backend's answers are remembered across requests, bounded in
+            entries and time (docs/cache.md); a key asked again within its
+            TTL is answered at once, without a probe.
 
     A manager dropped without ``shutdown`` stops its worker when it is
     garbage-collected (its threads end once their calls return), even when
@@ -110,8 +117,9 @@ class AsyncLookupManager:
 
     Raises:
         InvalidInputError: ``backend`` has no callable ``batch_lookup``,
-            ``worker`` is not a worker, ``name`` is not a string, or a number
-            argument is not a number.  Nothing was started.
+            ``worker`` is not a worker, ``name`` is not a string, a number
+            argument is not a number, or ``verdict_cache`` is not a
+            ``VerdictCache``.  Nothing was started.
         InvalidValueError: a timeout is not positive or above
             ``threading.TIMEOUT_MAX``, ``busy_call_hold_s`` is negative, a
             count is below 1, ``worker`` is an unknown string, or
@@ -139,6 +147,7 @@ class AsyncLookupManager:
         shutdown_timeout_s: float = 5.0,
         chain_window: int | Literal["all"] = DEFAULT_CHAIN_WINDOW,
         chain_mode: Literal["exact", "inferred"] = "exact",
+        verdict_cache: VerdictCache | None = None,
     ) -> None:
         if not callable(getattr(backend, "batch_lookup", None)):
             raise InvalidInputError(
@@ -156,6 +165,7 @@ class AsyncLookupManager:
         walk_mode = chain_mode_name(chain_mode)
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
+        memory = None if verdict_cache is None else VerdictMemory(verdict_cache, time.monotonic)
         if isinstance(worker, str):
             if worker not in ("thread", "manual"):
                 raise InvalidValueError(f"worker must be 'thread', 'manual' or a Worker object, got {worker!r}")
@@ -173,6 +183,7 @@ class AsyncLookupManager:
         self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
         self._core.chain_window = first_window
         self._core.chain_mode = walk_mode
+        self._core.memory = memory
         if worker == "thread":
             self.worker: Worker = ThreadedWorker(
                 name=name,

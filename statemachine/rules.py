@@ -20,7 +20,7 @@ from __future__ import annotations
 import types
 from typing import Final
 
-from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, RULES, Event, LookupPhase, Phase
+from kvprobe.spec.lifecycle import ABSENT, NEXT_PHASE, RECALL_RULE, RULES, Event, LookupPhase, Phase
 
 __all__ = [
     "ANSWERED",
@@ -30,6 +30,7 @@ __all__ = [
     "MARK_MISS_NEXT",
     "ORPHANED",
     "PENDING",
+    "RECALLED",
     "RESOLVED",
     "TO_IN_FLIGHT",
 ]
@@ -77,6 +78,10 @@ if ANSWERED is not RESOLVED or ORPHANED is not ABSENT:
 TO_IN_FLIGHT: Final = NEXT_PHASE[(PENDING, Event.FLUSH, True)]
 if TO_IN_FLIGHT is not IN_FLIGHT:
     raise ImportError("lifecycle no longer sends a flushed probe IN_FLIGHT; LookupCore.flush must follow it")
+#: Where a Lookup answered from the verdict cache sends a key without a state.
+RECALLED: Final = RECALL_RULE.dest
+if RECALL_RULE.source is not ABSENT or RECALL_RULE.event is not Event.LOOKUP or RECALLED is not RESOLVED:
+    raise ImportError("lifecycle changed what a remembered verdict does; LookupCore._new_probe must follow it")
 
 
 def _compiled_probe() -> None:

@@ -260,22 +260,23 @@ class TracingCore(LookupCore):
         # afterwards: a later lookup of the walk never changes an earlier
         # key's state (a repeated key is the same request asking again) nor
         # the open groups, so each key's state now is its state after its own
-        # Lookup, and only the size needs replaying (the new states are the
-        # step batch's new entries, one per key asked first by this walk).
+        # Lookup, and only the size needs replaying (the new states are those
+        # of a generation handed out during the walk, one per key asked first
+        # by it: probed, or served from the verdict cache).
         with self._recorder.lock:
-            mark = len(self.step_batch)
+            mark = self._last_generation
             answer = super().lookup_chain(keys, req_context)
             if answer.looked_up and searches(self, list(keys)):
                 return answer  # the inferred walk's lookups were traced by lookup()
-            created = {id(state) for state in self.step_batch[mark:]}
             states = self.states
-            size = len(states) - len(created)
+            size = len(states) - (self._last_generation - mark)
+            counted: set[int] = set()
             req = req_context.req_id
             window = window_name(self.chain_window)
             for index, key in enumerate(list(keys)[: answer.looked_up]):
                 state = states[key]
-                if id(state) in created:
-                    created.discard(id(state))
+                if state.generation > mark and id(state) not in counted:
+                    counted.add(id(state))
                     size += 1
                 phase = state.phase
                 self._emit(

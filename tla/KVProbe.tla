@@ -55,6 +55,12 @@ ASSUME MaxGen \in Nat /\ MaxStuck \in Nat /\ MaxDeaths \in Nat
 MarkMissFlavour == "native"
 ASSUME MarkMissFlavour \in {"native", "vllm"}
 
+\* The opt-in verdict cache (docs/cache.md), a definition a config may
+\* override (cache.cfg: CacheOn = TRUE).  Off, the memory variables keep
+\* their initial values, so a config without it explores the same states.
+CacheOn == FALSE
+ASSUME CacheOn \in BOOLEAN
+
 Gens == 1..MaxGen
 NoGen == 0
 
@@ -133,11 +139,24 @@ VARIABLES
     refuted             \* SUBSET Keys: keys MarkMiss was given in the inferred mode (failed loads)
 
 store == <<stored, prefixAtHit, refuted>>
+\* The verdict cache (CacheOn; docs/cache.md): backend answers remembered
+\* across requests.  Expiry and eviction are not counted: an entry may be
+\* dropped at any Lookup of its key (a new probe is made instead), which
+\* covers every TTL and bound.
+VARIABLES
+    mem,         \* [Keys -> Verdicts]: the remembered answer of each key ("none": nothing)
+    memGen,      \* [Keys -> Gens \cup {NoGen}]: the generation whose answer it is
+    \* History (read only by CacheProvenance):
+    recalled,    \* [Probe -> Gens \cup {NoGen}]: a probe served from memory -> the generation recalled
+    forgot,      \* SUBSET Probe: remembered answers a MarkMiss forgot
+    backendMiss  \* SUBSET Probe: the probes a call answered "not stored" for, in time
+
+memory == <<mem, memGen, recalled, forgot, backendMiss>>
 
 sched == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down, out>>
 worker == <<wstate, subq, taken, stuck, resq>>
 history == <<forced, told, sent, sentIn, applied, stale, moot, deaths, backendHit>>
-vars == <<sched, worker, history, chainHistory, store>>
+vars == <<sched, worker, history, chainHistory, store, memory>>
 
 -----------------------------------------------------------------------------
 (* Helpers *)
@@ -373,6 +392,11 @@ Init ==
     /\ moot = {}
     /\ deaths = 0
     /\ backendHit = {}
+    /\ mem = [k \in Keys |-> "none"]
+    /\ memGen = [k \in Keys |-> NoGen]
+    /\ recalled = [p \in Probe |-> NoGen]
+    /\ forgot = {}
+    /\ backendMiss = {}
 
 -----------------------------------------------------------------------------
 (* Scheduler actions *)
@@ -407,17 +431,43 @@ LookupJoin(k, r) ==
     /\ out' = [key |-> k, req |-> r, ans |-> JoinAnswer(k)]
     /\ UNCHANGED <<phase, gen, nextGen, batch>>
 
+\* A new state served from memory (the verdict cache): RESOLVED at once with
+\* the key's remembered backend answer, never probed.
+LookupRecall(k, r) ==
+    /\ phase[k] = ABSENT
+    /\ mem[k] # "none"
+    /\ nextGen \in Gens
+    /\ phase' = [phase EXCEPT ![k] = RESOLVED]
+    /\ gen' = [gen EXCEPT ![k] = nextGen]
+    /\ waiters' = [waiters EXCEPT ![k] = {r}]
+    /\ nextGen' = nextGen + 1
+    /\ out' = [key |-> k, req |-> r, ans |-> mem[k]]
+    /\ UNCHANGED batch
+
+\* What a Lookup of key k does to the verdict and the memory: a state served
+\* from memory gets the remembered verdict (history: whose answer it was);
+\* a new probe drops the key's entry (it expired or was evicted).
+Recalls(k) == phase[k] = ABSENT /\ phase'[k] = RESOLVED
+Probes(k) == phase[k] = ABSENT /\ phase'[k] = PENDING
+LookupMemory(k) ==
+    /\ verdict' = IF Recalls(k) THEN [verdict EXCEPT ![k] = mem[k]] ELSE verdict
+    /\ recalled' = IF Recalls(k) THEN [recalled EXCEPT ![<<k, nextGen>>] = memGen[k]] ELSE recalled
+    /\ mem' = IF Probes(k) THEN [mem EXCEPT ![k] = "none"] ELSE mem
+    /\ memGen' = IF Probes(k) THEN [memGen EXCEPT ![k] = NoGen] ELSE memGen
+    /\ UNCHANGED <<forgot, backendMiss>>
+
 \* Request r asks for key k (a request already waiting on k changes nothing:
 \* the model leaves that repeated call out).  The answer (out) is the
 \* verdict of a RESOLVED state, else none ("ask again").
 Lookup(k, r) ==
     /\ LookupReady
     /\ r \notin waiters[k]
-    /\ LookupNew(k, r) \/ LookupJoin(k, r)
+    /\ LookupNew(k, r) \/ LookupJoin(k, r) \/ LookupRecall(k, r)
     /\ ChainStep(k, r)
     /\ UNCHANGED store
     /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
-    /\ UNCHANGED <<verdict, open, down, worker, history>>
+    /\ LookupMemory(k)
+    /\ UNCHANGED <<open, down, worker, history>>
 
 \* End of step: submit this step's batch entries whose state is still the
 \* PENDING state of the entry's generation, one group per request.  A key is
@@ -444,6 +494,7 @@ FlushOwners(entries) == [entries -> Reqs]
 Flush ==
     /\ UNCHANGED chainHistory
     /\ UNCHANGED store
+    /\ UNCHANGED memory
     /\ ~down
     /\ Drained
     /\ CanSubmit
@@ -504,6 +555,11 @@ OutcomeReclaims(o, k) == OutcomeMatches(o, k) /\ phase[k] = IN_FLIGHT /\ waiters
 OutcomeSource(o, k) ==
     IF <<k, gen[k]>> \in OutcomeProbes(o) THEN gen[k] ELSE (CHOOSE p \in ProbesOf(o, k) : TRUE)[2]
 
+\* Whether the verdict cache remembers what outcome o applies: only a
+\* backend's answer (kind ok), never a failure's, timeout's, saturation's
+\* or dead worker's MISS (no fact about the store).
+Remembers(o) == o.kind = "ok"
+
 \* Apply the oldest published outcome o.
 \* - The death marker: every open group fails (WORKER_DIED): each of its
 \*   probes still IN_FLIGHT resolves as MISS (or is reclaimed if nobody
@@ -538,6 +594,10 @@ Drain ==
           /\ told' = IF o.kind = "died"
                      THEN [p \in Probe |-> IF p \in OutcomeProbes(o) THEN "miss" ELSE told[p]]
                      ELSE told
+          \* the cache keeps the backend's own answer for the generation asked
+          /\ mem' = [k \in Keys |-> IF CacheOn /\ Changed(k) /\ Remembers(o) THEN OutcomeAnswer(o, k) ELSE mem[k]]
+          /\ memGen' = [k \in Keys |-> IF CacheOn /\ Changed(k) /\ Remembers(o) THEN gen[k] ELSE memGen[k]]
+    /\ UNCHANGED <<recalled, forgot, backendMiss>>
     /\ resq' = Tail(resq)
     /\ out' = NoOut
     /\ UNCHANGED <<waiters, requests, batch, nextGen, down,
@@ -549,6 +609,7 @@ Drain ==
 Revive ==
     /\ UNCHANGED chainHistory
     /\ UNCHANGED store
+    /\ UNCHANGED memory
     /\ ~down
     /\ wstate = DEAD
     /\ resq = <<>>
@@ -571,6 +632,7 @@ RequestsAfterCleanup(r) == [requests EXCEPT ![r] = {}]
 Cleanup(r) ==
     /\ UNCHANGED chainHistory
     /\ UNCHANGED store
+    /\ UNCHANGED memory
     /\ ~down
     /\ requests[r] # {}
     /\ LET ks == requests[r]
@@ -601,6 +663,9 @@ MarkMissHonours(k) == MarkMissFlavour = "native" \/ phase[k] = RESOLVED
 \* that skips one of them is seen (ForcedMissSticks).
 MarkMissForces(k) == MarkMissHonours(k)
 
+\* Whether MarkMiss(ks) makes the verdict cache forget key k: every key given.
+Forgets(ks, k) == k \in ks
+
 \* Loading the keys ks from the tier failed: force MISS.  A PENDING state is
 \* never submitted; an IN_FLIGHT state's late result will be dropped (its
 \* generation is moot), and if nobody waits on it, it is reclaimed.  Keys
@@ -624,6 +689,12 @@ MarkMiss(ks) ==
           /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE IF Asked(k) THEN TRUE ELSE forced[k]]
           \* history: the in-flight probes this MarkMiss took out of flight
           /\ moot' = moot \cup {gen[k] : k \in {x \in ks : phase[x] = IN_FLIGHT /\ phase'[x] # IN_FLIGHT}}
+          \* the cache forgets the keys given (a remembered "stored" whose load failed)
+          /\ mem' = [k \in Keys |-> IF Forgets(ks, k) THEN "none" ELSE mem[k]]
+          /\ memGen' = [k \in Keys |-> IF Forgets(ks, k) THEN NoGen ELSE memGen[k]]
+          \* history: the remembered answers of the keys given, forgotten now
+          /\ forgot' = forgot \cup {<<k, memGen[k]>> : k \in {x \in ks : mem[x] # "none"}}
+    /\ UNCHANGED <<recalled, backendMiss>>
     /\ out' = NoOut
     /\ UNCHANGED <<requests, batch, nextGen, open, down, worker,
                    told, sent, sentIn, applied, stale, deaths>>
@@ -648,6 +719,9 @@ Shutdown ==
     /\ wstate' = STOPPED
     /\ subq' = <<>>
     /\ forced' = [k \in Keys |-> FALSE]
+    /\ mem' = [k \in Keys |-> "none"]
+    /\ memGen' = [k \in Keys |-> NoGen]
+    /\ UNCHANGED <<recalled, forgot, backendMiss>>
     /\ UNCHANGED <<nextGen, taken, stuck, resq, told, sent, sentIn, applied, stale, moot, deaths>>
     /\ UNCHANGED backendHit
 
@@ -658,6 +732,7 @@ Shutdown ==
 TakeBatch ==
     /\ UNCHANGED chainHistory
     /\ StoreMayEvict
+    /\ UNCHANGED memory
     /\ wstate = UP
     /\ subq # <<>>
     /\ taken' = taken \cup Head(subq)
@@ -692,12 +767,15 @@ CallReturned(G, ans) == backendHit' = backendHit \cup {p \in G.probes : ans[p] =
 \* The backend answered: one verdict per probe.
 CompleteGroupOf(G, ans) ==
     /\ CallReturned(G, ans)
+    /\ backendMiss' = IF CacheOn THEN backendMiss \cup {p \in G.probes : ans[p] = "miss"} ELSE backendMiss
+    /\ UNCHANGED <<mem, memGen, recalled, forgot>>
     /\ Publish(G, "ok", ans)
     /\ taken' = taken \ {G}
     /\ UNCHANGED stuck
 
 \* The backend call failed (raised, short or long result, bad verdict).
 FailGroupOf(G) ==
+    /\ UNCHANGED memory
     /\ Publish(G, "fail", AllMiss(G))
     /\ taken' = taken \ {G}
     /\ UNCHANGED <<stuck, backendHit>>
@@ -709,6 +787,7 @@ FailGroupOf(G) ==
 \* code's bound, max_stuck_calls + max_concurrent_groups - 1, refines this).
 \* MaxStuck = 0 is a manager without a timeout: no call ever times out.
 TimeOutOf(G) ==
+    /\ UNCHANGED memory
     /\ MaxStuck > 0
     /\ Publish(G, "timeout", AllMiss(G))
     /\ taken' = taken \ {G}
@@ -718,6 +797,7 @@ TimeOutOf(G) ==
 \* MaxStuck calls are stuck: the group is answered SATURATED at once, no call.
 \* MaxStuck = 0 is a manager without a timeout: no call is stuck, none saturates.
 SaturateOf(G) ==
+    /\ UNCHANGED memory
     /\ MaxStuck > 0
     /\ Cardinality(stuck) >= MaxStuck
     /\ Publish(G, "saturated", AllMiss(G))
@@ -729,6 +809,7 @@ SaturateOf(G) ==
 LateAnswerOf(G, ans) ==
     /\ UNCHANGED chainHistory
     /\ UNCHANGED store
+    /\ UNCHANGED memory
     /\ G \in stuck
     /\ resq' = Append(resq, Outcome(G, "ok", ans, TRUE))
     /\ stuck' = stuck \ {G}
@@ -741,6 +822,7 @@ LateAnswerOf(G, ans) ==
 Die ==
     /\ UNCHANGED chainHistory
     /\ UNCHANGED store
+    /\ UNCHANGED memory
     /\ wstate = UP
     /\ deaths < MaxDeaths
     /\ wstate' = DEAD
@@ -849,6 +931,11 @@ TypeOK ==
     /\ deaths \in 0..MaxDeaths
     /\ backendHit \subseteq Probe
     /\ \A k \in Keys : (phase[k] = ABSENT) <=> (gen[k] = NoGen)
+    /\ mem \in [Keys -> Verdicts]
+    /\ memGen \in [Keys -> Gens \cup {NoGen}]
+    /\ recalled \in [Probe -> Gens \cup {NoGen}]
+    /\ forgot \subseteq Keys \X (Gens \cup {NoGen})
+    /\ backendMiss \subseteq Probe
 
 \* A generation is submitted at most once, and only while its probe is
 \* PENDING (never after it was forced to MISS, resolved or reclaimed); at
@@ -880,9 +967,13 @@ ForcedMissSticks ==
 \* A RESOLVED key's verdict is MISS if it was forced, else exactly what was
 \* published first for that key in its generation's group (hit/miss; miss
 \* for a failure, timeout, saturation or the worker's death).
+\* A state served from memory is judged by the generation it was recalled
+\* from (Source): the remembered answer is that generation's.
+Source(k) == IF recalled[<<k, gen[k]>>] # NoGen THEN recalled[<<k, gen[k]>>] ELSE gen[k]
+
 VerdictProvenance ==
     \A k \in Keys : phase[k] = RESOLVED =>
-        verdict[k] = IF forced[k] THEN "miss" ELSE told[<<k, gen[k]>>]
+        verdict[k] = IF forced[k] THEN "miss" ELSE told[<<k, Source(k)>>]
 
 \* What a Lookup returns: a forced MISS is answered MISS; once an outcome
 \* for the key's probe has been published, the next lookup sees a verdict
@@ -968,7 +1059,8 @@ LookupReturnsVerdict ==
     out # NoOut =>
         LET k == out.key IN
         /\ out.ans = verdict[k]
-        /\ (out.ans = "none") <=> ~(forced[k] \/ (Live(k) /\ applied[gen[k]] > 0))
+        /\ (out.ans = "none") <=>
+              ~(forced[k] \/ (Live(k) /\ (applied[gen[k]] > 0 \/ recalled[<<k, gen[k]>>] # NoGen)))
 
 \* A verdict is what the backend said: a RESOLVED key that was not forced is
 \* HIT exactly when the call for its generation returned "stored" for it in
@@ -977,7 +1069,22 @@ LookupReturnsVerdict ==
 \* what the worker publishes.
 VerdictFromBackend ==
     \A k \in Keys : (phase[k] = RESOLVED /\ ~forced[k]) =>
-        ((verdict[k] = "hit") <=> (<<k, gen[k]>> \in backendHit))
+        ((verdict[k] = "hit") <=> (<<k, Source(k)>> \in backendHit))
+
+\* The verdict cache (cache.cfg; docs/cache.md): a remembered "stored" is a
+\* backend "stored" answer for that key and generation, a remembered "not
+\* stored" a backend "not stored" answer (never a failure's MISS); no entry
+\* outlives the MarkMiss that forgot it; and a state served from memory that
+\* was not forced since holds the backend's answer for the generation it was
+\* recalled from.  backendMiss, like backendHit, is written only where a
+\* call returns.
+BackendSaid(k, g, v) == <<k, g>> \in (IF v = "hit" THEN backendHit ELSE backendMiss)
+CacheProvenance ==
+    /\ \A k \in Keys : mem[k] # "none" =>
+          /\ BackendSaid(k, memGen[k], mem[k])
+          /\ <<k, memGen[k]>> \notin forgot
+    /\ \A k \in Keys : (phase[k] = RESOLVED /\ ~forced[k] /\ recalled[<<k, gen[k]>>] # NoGen) =>
+          BackendSaid(k, recalled[<<k, gen[k]>>], verdict[k])
 
 -----------------------------------------------------------------------------
 (* Liveness *)

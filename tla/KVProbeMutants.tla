@@ -124,6 +124,7 @@ LeavesInFlight(k) == IF phase[k] = IN_FLIGHT THEN IN_FLIGHT ELSE RESOLVED
 PublishesNothing(G) ==
     /\ UNCHANGED chainHistory
     /\ UNCHANGED store
+    /\ UNCHANGED memory
     /\ wstate # DEAD
     /\ G \in taken
     /\ taken' = taken \ {G}
@@ -156,6 +157,7 @@ SaturatesAsStored(G) ==
     /\ Publish(G, "ok", [p \in G.probes |-> "hit"])
     /\ taken' = taken \ {G}
     /\ UNCHANGED <<stuck, backendHit>>
+    /\ UNCHANGED memory
 
 \* stale-answer-applied: an outcome applies to a key's state whatever the
 \* generation (MatchesAnyGeneration), with the answer of the outcome's own
@@ -178,6 +180,8 @@ ForcesEveryLiveKey(k) == TRUE
 PublishesWhenIdle(G, ans) ==
     /\ taken = {G}
     /\ CallReturned(G, ans)
+    /\ backendMiss' = IF CacheOn THEN backendMiss \cup {p \in G.probes : ans[p] = "miss"} ELSE backendMiss
+    /\ UNCHANGED <<mem, memGen, recalled, forgot>>
     /\ Publish(G, "ok", ans)
     /\ taken' = {}
     /\ UNCHANGED stuck
@@ -211,5 +215,14 @@ DecidedOneShort(r) == SearchHi(r) <= SearchLo(r) + 2
 \* chain whose inferred key failed to load is inferred again
 \* (ChainTrusted <- TrustsRefuted).
 TrustsRefuted == TRUE
+(* The verdict cache (tla/cache.cfg) *)
+
+\* cache-keeps-marked-miss: MarkMiss does not make the cache forget, so a
+\* remembered "stored" whose load failed is served again.
+ForgetsNothing(ks, k) == FALSE
+
+\* cache-remembers-failure: the cache remembers whatever Drain applies: the
+\* MISS of a failure, timeout, saturation or dead worker too.
+RemembersAnyOutcome(o) == TRUE
 
 =============================================================================

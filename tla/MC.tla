@@ -23,6 +23,11 @@ TwoKeyWindow == 2
 LiveView == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down,
               wstate, subq, taken, stuck, resq, deaths>>
 
+\* The verdict cache's witness (tests/tla/test_tla_cache.py checks cache.cfg
+\* with this invariant alone, which must be violated): some Lookup is served
+\* from memory, so CacheProvenance is not checked vacuously.
+NeverServedFromMemory == \A p \in Probe : recalled[p] = NoGen
+
 -----------------------------------------------------------------------------
 (* Reachability: each property below says an interesting step never       *)
 (* happens.  Each must be VIOLATED (config reach.cfg); the counterexample  *)

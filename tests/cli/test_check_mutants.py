@@ -26,8 +26,13 @@ from test_tla_check import SPEC_CAUGHT_BY
 
 
 def test_the_mutants_are_the_named_and_the_spec_ones() -> None:
-    assert set(KINDS) == {"named", "spec", "chain"}
-    assert [m.name for m in MUTANTS] == [*MUTANT_NAMES["named"], *MUTANT_NAMES["spec"], *MUTANT_NAMES["chain"]]
+    assert set(KINDS) == {"named", "spec", "chain", "cache"}
+    assert [m.name for m in MUTANTS] == [
+        *MUTANT_NAMES["named"],
+        *MUTANT_NAMES["spec"],
+        *MUTANT_NAMES["chain"],
+        *MUTANT_NAMES["cache"],
+    ]
     assert len(MUTANT_NAMES["named"]) == 7
     assert set(MUTANT_NAMES["spec"]) == set(SPEC_CAUGHT_BY)
 

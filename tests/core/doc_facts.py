@@ -66,10 +66,12 @@ def mutant_counts() -> dict[str, int]:
         "tlc_named": sum(m.kind == "named" for m in MUTANTS),
         "tlc_spec": sum(m.kind == "spec" for m in MUTANTS),
         "tlc_chain": sum(m.kind == "chain" for m in MUTANTS),
+        "tlc_cache": sum(m.kind == "cache" for m in MUTANTS),
         "core_named": literal_size(ROOT / "tests" / "mutants" / "mutant_cores.py", "MUTANTS"),
         "core_worker_rule": literal_size(ROOT / "tests" / "mutants" / "test_worker_rule_mutants.py", "MUTANTS"),
         "core_chain": literal_size(ROOT / "tests" / "core" / "test_chain_mutants.py", "MUTANTS")
         + literal_size(ROOT / "tests" / "core" / "test_chain_inferred_mutants.py", "MUTANTS"),
+        "core_cache": literal_size(ROOT / "tests" / "mutants" / "test_cache_mutants.py", "MUTANTS"),
         "lying_tiers": literal_size(LYING_TIERS, "LYING_TIERS"),
     }
 
@@ -172,11 +174,14 @@ def trace_power(text: str) -> list[int]:
 def expected_power(checkers_md: str) -> dict[str, tuple[list[int], list[int]]]:
     """The power table's numbers as the declarations and the measured conform table give them."""
     n = mutant_counts()
-    tlc = n["tlc_named"] + n["tlc_spec"] + n["tlc_chain"]
-    cores = n["core_named"] + n["core_worker_rule"] + n["core_chain"]
+    tlc = n["tlc_named"] + n["tlc_spec"] + n["tlc_chain"] + n["tlc_cache"]
+    cores = n["core_named"] + n["core_worker_rule"] + n["core_chain"] + n["core_cache"]
     tiers = n["lying_tiers"]
     return {
-        "tlc": ([tlc, n["tlc_named"], n["tlc_spec"], n["tlc_chain"]], [tlc, tlc]),
-        "hypothesis": ([cores, n["core_named"], n["core_worker_rule"], n["core_chain"]], [cores, cores]),
+        "tlc": ([tlc, n["tlc_named"], n["tlc_spec"], n["tlc_chain"], n["tlc_cache"]], [tlc, tlc]),
+        "hypothesis": (
+            [cores, n["core_named"], n["core_worker_rule"], n["core_chain"], n["core_cache"]],
+            [cores, cores],
+        ),
         "kvprobe": ([tiers], [tiers, tiers, *conform_seeds(checkers_md)]),
     }

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields, is_dataclass
 
 from kvprobe.spec import LookupPhase, model
+from kvprobe.spec.model_state import Remembered
 from kvprobe.statemachine import AsyncLookupManager, GroupOutcome, ManualWorker, ProbeGroup
 from kvprobe.testing.stateful.ghosts import GhostRecorder, held_phase
 
@@ -68,6 +69,7 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
         k: model.Probe(held_phase(s.phase), s.generation, frozenset(s.waiters), s.verdict)
         for k, s in core.states.items()
     }
+    remembered = () if core.memory is None else core.memory.entries()
     return model.State(
         probes=probes,
         requests={r: frozenset(s.key for s in request.states) for r, request in core.requests.items()},
@@ -91,6 +93,8 @@ def abstract_state(m: AsyncLookupManager, ghosts: GhostRecorder) -> model.State:
         forced=frozenset(ghosts.forced),
         moot=frozenset(ghosts.moot),
         chain_asks=tuple(ghosts.chain_asks),
+        memory=tuple(Remembered(*entry) for entry in remembered),
+        recalled=dict(ghosts.recalled),
     )
 
 
@@ -107,6 +111,7 @@ COMPARED = (
     "inbox",
     "closed",
     "counts",
+    "memory",
 )
 
 
@@ -166,6 +171,8 @@ def interest(s: model.State) -> dict[str, int]:
         "answers pending for a forced miss": forced,
         "late answers pending": len(s.timed_out),
         "orphans in flight": orphans,
+        "answers remembered": len(s.memory),
+        "lookups served from memory": len(s.recalled),
     }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar, cast
 
 from hypothesis import strategies as st, target
@@ -26,7 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from hypothesis.strategies import SearchStrategy
 
 from kvprobe.spec import model
-from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ProbeGroup
+from kvprobe.spec.model_state import CacheSpec
+from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ProbeGroup, VerdictCache
 from kvprobe.testing.lifetimes import Lifetimes
 from kvprobe.testing.stateful.ghosts import GhostRecorder
 from kvprobe.testing.stateful.tier import FAILURES, ScriptedBackend, as_target
@@ -53,6 +54,10 @@ class MachineOptions:
     chain_windows: tuple[int, ...] = ()
     #: How the manager's ``lookup_chain`` walks: ``"exact"`` or ``"inferred"`` (set on its core).
     chain_mode: str = "exact"
+    #: The manager's verdict cache (its clock is the machine's ``Tick`` rule); None: no cache.
+    verdict_cache: VerdictCache | None = None
+    #: Whether a scheduler step may walk a chain (``lookup_chain``); else single lookups only.
+    chain_walks: bool = True
 
     @property
     def manual(self) -> bool:
@@ -152,12 +157,19 @@ class MachineBase(RuleBasedStateMachine):
             worker=options.worker_class(max_stuck_calls=options.max_stuck) if options.manual else "thread",
             lookup_timeout_s=None if options.manual else options.lookup_timeout_s,
             trace=self.ghosts,
+            verdict_cache=options.verdict_cache,
         )
-        self.ghosts.bind(self.m.core)
         self.m.core.chain_mode = options.chain_mode
         # Inferred mode: the keys given to MarkMiss, whose chains the model walks exactly.
         self.refuted: set[bytes] = set()
         self.s = model.initial()
+        #: The time the core's verdict cache reads (the model's ``now``; only ``Tick`` advances it).
+        self.now = 0.0
+        config, memory = options.verdict_cache, self.m.core.memory
+        if config is not None and memory is not None:
+            memory.clock = lambda: self.now
+            self.s = replace(self.s, cache=CacheSpec(config.max_entries, config.hit_ttl_s, config.miss_ttl_s))
+        self.ghosts.bind(self.m.core)
         self.expected_calls: list[tuple[tuple[bytes, ...], str | None]] = []
         self._cached: tuple[tuple[int, ...], model.State] | None = None
         self._best: dict[str, int] = {}

@@ -14,9 +14,11 @@ targeting phase.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis.stateful import invariant
 
-from kvprobe.spec import model, model_chain
+from kvprobe.spec import model, model_cache, model_chain
 from kvprobe.statemachine import ManualWorker
 from kvprobe.testing.stateful.abstraction import (
     COMPARED,
@@ -70,6 +72,7 @@ class Checks(MachineBase):
         "ChainStopsAtMiss",
         "ChainWindowWaits",
         "ChainHitsAnswered",
+        "CacheProvenance",
         "steer",
         "conforms_to_reference",
         "TierAnswersWellFormed",
@@ -135,6 +138,22 @@ class Checks(MachineBase):
 
     def ChainHitsAnswered(self) -> None:
         self._check_chain("ChainHitsAnswered", real=False)
+
+    def CacheProvenance(self) -> None:
+        """What the verdict cache remembers and serves is the backend's answer (kvprobe.spec.model_cache).
+
+        On the implementation, its memory and recalls are judged against the
+        model's record of what the backend answered and what MarkMiss forgot
+        (the generations are the same on both sides: the tables are compared).
+        """
+        holds = model_cache.CACHE_INVARIANTS["CacheProvenance"]
+        assert holds(self.s), f"CacheProvenance broken by the reference model itself: {stable_repr(self.s.memory)}"
+        real = self._real()
+        judged = replace(self.s, memory=real.memory, recalled=real.recalled, probes=real.probes, forced=real.forced)
+        assert holds(judged), (
+            f"CacheProvenance broken by the implementation: memory {stable_repr(real.memory)}, "
+            f"recalled {stable_repr(real.recalled)}"
+        )
 
     def steer(self) -> None:
         """Guide generation toward the interleavings where the lifecycle is subtle.

@@ -11,11 +11,12 @@ whole trace is validated against the model as it grows.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from kvprobe.spec import LookupPhase
 from kvprobe.spec.model_chain import window_start
-from kvprobe.spec.model_state import ChainAsk
+from kvprobe.spec.model_state import CacheSpec, ChainAsk
 from kvprobe.spec.replay import TraceChecker
 from kvprobe.statemachine import LookupCore
 
@@ -55,6 +56,8 @@ class GhostRecorder:
         self.stale_applied = 0
         self.forced: set[tuple[bytes, int]] = set()
         self.moot: set[tuple[bytes, int]] = set()
+        #: Generations answered from the verdict cache -> the generation whose answer they got.
+        self.recalled: dict[tuple[bytes, int], int] = {}
         self._before: Snapshot = {}
         #: The open groups after the latest scheduler event (``{req, keys, gens}`` each).
         self._open: list[dict[str, Any]] = []
@@ -69,6 +72,12 @@ class GhostRecorder:
         """Watch ``core``'s table (the manager's, once it exists; events before are only recorded)."""
         self.core = core
         self._before = self._snapshot()
+        memory = core.memory
+        if memory is not None:
+            # The replay's model remembers as the core does (it is told which lookups were served).
+            config = memory.config
+            spec = CacheSpec(config.max_entries, config.hit_ttl_s, config.miss_ttl_s)
+            self.checker.s = replace(self.checker.s, cache=spec)
 
     def _snapshot(self) -> Snapshot:
         assert self.core is not None
@@ -109,6 +118,8 @@ class GhostRecorder:
                     self.stale_applied += 1
                     continue
                 self.applied[(key, gen)] = self.applied.get((key, gen), 0) + 1
+        elif action == "Lookup":
+            self._record_recall(event, before, after)
         elif action == "MarkMiss":
             for hexkey in event["keys"]:  # type: ignore[attr-defined]
                 was = before.get(bytes.fromhex(hexkey))
@@ -122,6 +133,16 @@ class GhostRecorder:
             self._open = event["open"]  # type: ignore[assignment]
         # Validate the trace as it grows: the first divergence fails the step that caused it.
         self.checker.feed(event)
+
+    def _record_recall(self, event: dict[str, object], before: Snapshot, after: Snapshot) -> None:
+        """A Lookup that made a new state RESOLVED was served from memory: record whose answer it got."""
+        key = bytes.fromhex(str(event["key"]))
+        now = after.get(key)
+        memory = self.core.memory if self.core is not None else None
+        if memory is None or now is None or key in before or now[0] is not LookupPhase.RESOLVED:
+            return
+        source = next((gen for k, _, gen, _ in memory.entries() if k == key), -1)
+        self.recalled[(key, now[1])] = source
 
     def _record_chain_walk(self, event: dict[str, object]) -> None:
         """A chain walk's Lookup: record what the walk's earlier keys were answered when it asked.

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from hypothesis.stateful import RuleBasedStateMachine
 
-from kvprobe.statemachine import AsyncLookupManager, ManualWorker
+from kvprobe.statemachine import AsyncLookupManager, ManualWorker, VerdictCache
 from kvprobe.statemachine.inferred import chain_mode_name
 from kvprobe.statemachine.windows import chain_window_size
 from kvprobe.testing.stateful.base import RECIPE_ATTRIBUTE, MachineOptions, RuleRecipe
@@ -50,6 +50,8 @@ def lookup_machine(
     max_stuck: int = 1,
     chain_windows: Sequence[int | str] | None = (1, 2),
     chain_mode: str = "exact",
+    verdict_cache: VerdictCache | None = None,
+    chain_walks: bool = True,
 ) -> type[RuleBasedStateMachine]:
     """Build the stateful machine for a manager class, worker mode and backend factory.
 
@@ -91,6 +93,11 @@ def lookup_machine(
             core: ``"exact"``, or ``"inferred"`` (the search of
             :mod:`kvprobe.statemachine.inferred`, against the model's
             :func:`~kvprobe.spec.model_chain.lookup_chain_inferred`).
+        verdict_cache: the manager's verdict cache (docs/cache.md), its
+            clock driven by the ``Tick`` rule (which exists only then) and
+            its memory compared with the model's; None (default): no cache.
+        chain_walks: whether a scheduler step may walk a chain with
+            ``lookup_chain`` (default); False: single lookups only.
 
     Raises:
         ValueError: ``worker`` is neither ``"manual"`` nor ``"thread"``, or
@@ -117,6 +124,8 @@ def lookup_machine(
         max_stuck=max_stuck,
         chain_windows=() if chain_windows is None else tuple(chain_window_size(w) for w in chain_windows),
         chain_mode=chain_mode_name(chain_mode),
+        verdict_cache=verdict_cache,
+        chain_walks=chain_walks,
     )
     name = f"LookupMachine_{manager_class.__name__}_{worker}"
     namespace: dict[str, Any] = {"options": options, "last_effects": [], "__qualname__": name}

@@ -75,7 +75,9 @@ class SchedulerActions(MachineBase):
         for key in counted:
             state = states.get(key)
             gen = -1 if state is None else state.generation
-            assert (key, gen) in self.s.backend_hits and (key, gen) not in self.s.forced, (
+            # A key served from memory holds the answer of the generation it was recalled from.
+            answered = self.s.recalled.get((key, gen), gen)
+            assert (key, answered) in self.s.backend_hits and (key, gen) not in self.s.forced, (
                 f"ChainHitsAnswered: lookup_chain counted {short_name(key, self.options.keys)} as stored, "
                 f"but no backend call answered its generation {gen} stored"
             )
@@ -130,6 +132,35 @@ class SchedulerActions(MachineBase):
         self.s = model.mark_miss(self.s, keys)
         if self.options.chain_mode == "inferred":
             self.refuted.update(keys)
+
+    @machine_rule(
+        lambda o: {"seconds": st.sampled_from((0.5, 1.0, 2.0))},
+        when=is_open,
+        only=lambda o: o.verdict_cache is not None,
+    )
+    def Tick(self, seconds: float) -> None:
+        """The verdict cache's clock advances (remembered answers age; some expire)."""
+        self.now += seconds
+        self.s = model.tick(self.s, seconds)
+
+    @machine_rule(
+        lambda o: {"req": st.sampled_from(o.reqs), "key": st.sampled_from(o.keys), "later": st.booleans()},
+        when=is_open,
+        only=lambda o: o.verdict_cache is not None,
+    )
+    def Revisit(self, req: str, key: bytes, later: bool) -> None:
+        """Cleanup then Lookup by the same id: a request finishes and the next one asks.
+
+        A key nobody else waits on is reclaimed in between, so the lookup
+        makes a new state: the case the verdict cache serves from memory.
+        ``later``: the next request comes exactly the hit TTL later (so a
+        remembered "stored" has just expired: the end of a TTL is exclusive).
+        """
+        self.Cleanup(req)
+        cache = self.options.verdict_cache
+        if later and cache is not None:
+            self.Tick(cache.hit_ttl_s)
+        self.Lookup(key, req)
 
     @machine_rule(lambda o: {"roll": st.integers(0, 7)}, when=is_open)
     def Shutdown(self, roll: int) -> None:

@@ -58,7 +58,7 @@ def scheduler_ops(o: MachineOptions) -> SearchStrategy[list[tuple[Any, ...]]]:
         # probes, so too many of them would starve the worker's side.
         st.one_of(
             lookup_op,
-            st.one_of(lookup_op, chain_op),
+            st.one_of(lookup_op, chain_op) if o.chain_walks else lookup_op,
             st.tuples(st.just("cleanup"), st.sampled_from(o.reqs)),
             st.tuples(st.just("mark_miss"), st.sampled_from(o.keys)),
             st.tuples(st.just("set_stored"), st.sampled_from(o.keys), st.booleans()),
