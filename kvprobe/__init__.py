@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         ManagerClosedError as ManagerClosedError,
         ReqContext as ReqContext,
         Stats as Stats,
+        VerdictCache as VerdictCache,
         WrongThreadError as WrongThreadError,
     )
 
@@ -57,7 +58,7 @@ __version__ = "0.1.0"
 _EXPORTED_FROM = {
     "kvprobe.statemachine": (
         "AsyncLookupManager ChainAnswer FailureKind HasReqId InvalidInputError InvalidValueError KvprobeError"
-        " ManagerClosedError ReqContext Stats WrongThreadError"
+        " ManagerClosedError ReqContext Stats VerdictCache WrongThreadError"
     ),
     "kvprobe.spec.lifecycle": "LookupPhase",
     "kvprobe.backends": (

@@ -203,8 +203,13 @@ def ChainWindowWaits(s: State) -> bool:
 
 
 def ChainHitsAnswered(s: State) -> bool:
-    """Every key a walk counted as stored: a backend call answered its generation stored, and it was not forced."""
-    return all((key, gen) in s.backend_hits and not forced for key, gen, forced in s.chain_counted)
+    """Every key a walk counted as stored: a backend call answered its generation stored, and it was not forced.
+
+    A state served from the verdict cache is judged by the generation whose answer it recalled.
+    """
+    return all(
+        (key, s.recalled.get((key, gen), gen)) in s.backend_hits and not forced for key, gen, forced in s.chain_counted
+    )
 
 
 #: The chain walk's invariants by name (tla/KVProbe.tla's block "The chain walk", tla/chain.cfg).

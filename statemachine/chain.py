@@ -189,8 +189,8 @@ def _walk_table(
                     request = core.requests[req_id] = WaitingRequest(req_id, req_context)
                 registered_states = request.states
             if state is None:
-                core._new_probe(key, request)
-                verdict = None
+                # A new state; RESOLVED at once when the verdict cache remembers the key.
+                verdict = core._new_probe(key, request)
             else:
                 # Another request joins the probe (its phase does not change).
                 state.waiters.add(req_id)

@@ -220,11 +220,6 @@ def test_a_result_dropped_after_mark_miss_is_not_remembered() -> None:
     assert ask(core, "r2", [A]) == [None]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="statemachine/chain.py (_walk_table) must take the verdict _new_probe returns "
-    "(`verdict = core._new_probe(key, request)`), not assume None",
-)
 def test_the_chain_walk_sees_a_remembered_verdict() -> None:
     core = cached_core(Clock())
     ask(core, "r1", [A, B])

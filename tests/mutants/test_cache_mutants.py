@@ -53,6 +53,6 @@ MUTANTS = {
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_machine_finds_cache_mutant(name: str) -> None:
-    machine = lookup_machine(manager_class=manager_with(MUTANTS[name]), verdict_cache=CACHE, chain_walks=False)
+    machine = lookup_machine(manager_class=manager_with(MUTANTS[name]), verdict_cache=CACHE)
     elapsed, messages = hunt(machine, ("CacheProvenance",))
     print(f"{name}: caught in {elapsed:.1f} s: {messages[:300]}")

@@ -19,14 +19,10 @@ from kvprobe.testing.stateful import lookup_machine
 
 CACHE = VerdictCache(max_entries=2, hit_ttl_s=1.5, miss_ttl_s=0.5)
 
-# No chain walks yet: statemachine/chain.py's walk takes a key served from
-# memory for one not known yet (it ignores the verdict LookupCore._new_probe
-# returns), which this machine finds at once (the strict xfail of
-# tests/core/test_verdict_cache.py pins it), and spec/model_chain.py's
-# ChainHitsAnswered judges a recalled key by its own generation instead of
-# the one it was recalled from (model.State.recalled).  With both changed,
-# set WALKS = True (and chain_walks in tests/mutants/test_cache_mutants.py).
-WALKS = False
+# Chain walks too: a walk meets keys served from memory (chain.py takes the
+# verdict LookupCore._new_probe returns; the model's ChainHitsAnswered judges
+# a recalled key by the generation it was recalled from).
+WALKS = True
 
 # The manual worker: every interleaving of lookups, answers, failures, forced misses and time.
 TestManualWorkerWithCache = lookup_machine(verdict_cache=CACHE, chain_walks=WALKS).TestCase

@@ -151,13 +151,16 @@ class MachineBase(RuleBasedStateMachine):
         self.ghosts = GhostRecorder()
         # What the manager (and a ProcessBackend) starts must end at teardown.
         self.lifetimes = Lifetimes(prefix="kvprobe-")
+        # The cache only when there is one: a manager class without the
+        # option (the vLLM drop-in's) still runs every other machine.
+        cache: dict[str, Any] = {} if options.verdict_cache is None else {"verdict_cache": options.verdict_cache}
         self.m = options.manager_class(
             self.backend,
             name="conform",
             worker=options.worker_class(max_stuck_calls=options.max_stuck) if options.manual else "thread",
             lookup_timeout_s=None if options.manual else options.lookup_timeout_s,
             trace=self.ghosts,
-            verdict_cache=options.verdict_cache,
+            **cache,
         )
         self.m.core.chain_mode = options.chain_mode
         # Inferred mode: the keys given to MarkMiss, whose chains the model walks exactly.
