@@ -399,12 +399,14 @@ def run(
             time.sleep(0.002)
         # Let orphans in flight come back, then everything must be gone.
         leftovers = {}
+        calls: dict[str, dict[str, int]] = {}
         for d in drivens:
             deadline = time.monotonic() + drain_bound_s
             while len(d.m) and time.monotonic() < deadline:
                 d.m.drain_results()
                 time.sleep(0.01)
             leftovers[d.name] = len(d.m)
+            calls[d.name] = {k: getattr(d.m.stats, k) for k in CALL_STATS}
             d.m.shutdown()
         process_backend.close()
     if outage is not None:
@@ -417,6 +419,7 @@ def run(
         "samples": n_samples,
         "injected": {"raised": faulty.raised, "short": faulty.short, "hung": faulty.hung},
         "s3": None if outage is None else outage.tally,
+        "calls": calls,
         # What the object backend and its pace did: the first place to look
         # when a recovery is late (keys shed, rate decreases).
         "s3_backend": None
@@ -424,6 +427,10 @@ def run(
         else {**obj.backend.stats, **{f"pace_{k}": v for k, v in obj.backend.pacing.items()}},
     }
     return tally, figures
+
+
+#: The manager's counters of its backend calls, printed for the object tier.
+CALL_STATS = ("backend_calls", "backend_errors", "timeouts", "saturated", "late_results", "worker_deaths")
 
 
 def flat(series: array[float], n_samples: int, slack: float, warm_samples: int = 0) -> tuple[float, float, bool]:
@@ -577,6 +584,7 @@ def main(argv: Sequence[str] | None = None, obj_tier: ObjTier | None = None) -> 
             ),
         ]
         rows.append(("S3 backend counters and pace", fig["s3_backend"]))
+        rows.append(("S3 manager's calls (worker side)", fig["calls"].get("objstore")))
     else:
         rows.append(("S3 freeze/thaw", f"not run ({s3_skipped or '--s3 off'})"))
     for name, value in rows:

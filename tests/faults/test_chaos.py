@@ -13,6 +13,7 @@ under ``KVPROBE_REQUIRE_RGW=1`` (CI).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 from array import array
@@ -49,16 +50,22 @@ def test_a_short_campaign_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "PASS: wrong verdicts 0" in out and "FAIL" not in out
 
 
-def test_a_short_campaign_with_the_s3_outage_passes(
-    obj_tier: chaos_s3.ObjTier, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert chaos.main(["--seconds", "16", "--seed", "5", "--s3", "on"], obj_tier=obj_tier) == 0
-    out = capsys.readouterr().out
+def test_a_short_campaign_with_the_s3_outage_passes() -> None:
+    # In a fresh interpreter, as `python -m bench.chaos` runs: inside this
+    # suite's process, after a thousand tests, the campaign ran 16-18 steps
+    # in 16 s where it runs about 2,000 alone (a cause in the test process,
+    # not found yet), and a step-counted recovery then measured the harness.
+    why = chaos_s3.objstore_unavailable()
+    skip_or_fail(None if why is None else f"the S3 part of the chaos campaign cannot run: {why}")
+    command = [sys.executable, "-m", "bench.chaos", "--seconds", "16", "--seed", "5", "--s3", "on"]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600, check=False)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-2000:]
     assert "PASS: S3 frozen at least once, every thaw recovered" in out
     assert "PASS: S3: a stored key True within 2 x lookup_timeout_s + 2 s of every thaw" in out
     assert "len(m) at the end | {'threaded': 0, 'process': 0, 'objstore': 0}" in out
     assert "FAIL" not in out
-    assert not obj_tier.server.frozen
 
 
 def test_a_store_that_recovers_late_is_caught(
