@@ -91,9 +91,28 @@ __all__ = [
     "RetryPlan",
     "RetryPolicy",
     "RunResult",
+    "shed_margin",
+    "usual_query_s",
 ]
 
 _log = logging.getLogger(__name__)
+
+
+def usual_query_s(previous_s: float, elapsed_s: float) -> float:
+    """A successful query's usual duration, smoothed, after one more that took ``elapsed_s``."""
+    return 0.8 * previous_s + 0.2 * elapsed_s
+
+
+def shed_margin(usual_s: float, deadline_s: float) -> float:
+    """How long before a call's deadline its queries must start: their usual duration, at most half the call's time.
+
+    At most half, so that a call's first query always starts unless the
+    pace itself holds it back: durations are learnt only from queries that
+    run, and a few slow ones (an outage's, answered at the thaw, just inside
+    their deadline) would otherwise shed every later call whole, for ever,
+    with nothing left to re-learn from.
+    """
+    return min(usual_s, deadline_s / 2)
 
 
 class RunResult(NamedTuple):
@@ -220,7 +239,7 @@ class ChunkedLookup:
             plan.answered(chunk, outcome.answers)
             with self._lock:
                 self.sizes.answered(keys)
-                self._query_s = 0.8 * self._query_s + 0.2 * (outcome.ended - outcome.started)
+                self._query_s = usual_query_s(self._query_s, outcome.ended - outcome.started)
             if self.pacer is not None:
                 self.pacer.answered(outcome.started, keys)
             return
@@ -269,17 +288,6 @@ class _Call:
         self.running: dict[Future[_Outcome | None], Chunk] = {}
         self.paced = 0
 
-    def shed_margin(self) -> float:
-        """How long before the deadline a query must start: a query's usual duration, at most half the call's time.
-
-        At most half, so that a call's first query always starts unless the
-        pace itself holds it back: durations are learnt only from queries
-        that run, and a few slow ones (an outage's, answered at the thaw,
-        just inside their deadline) would otherwise shed every later call
-        whole, for ever, with nothing left to re-learn from.
-        """
-        return min(self.engine._query_s, self.deadline_s / 2)
-
     def pending(self) -> bool:
         """Something is running, held, queued, not yet sent or waiting for its backoff."""
         plan = self.plan
@@ -308,7 +316,9 @@ class _Call:
             if engine.pacer is None:
                 self._submit(chunk)
                 continue
-            at = engine.pacer.reserve(chunk.stop - chunk.start, not_after=self.plan.end - self.shed_margin())
+            at = engine.pacer.reserve(
+                chunk.stop - chunk.start, not_after=self.plan.end - shed_margin(engine._query_s, self.deadline_s)
+            )
             if at is None:  # later ones would start later still: answer them now
                 for given_up in (chunk, *self.backlog):
                     self.plan.shed(given_up)

@@ -39,7 +39,7 @@ from bench.fleet.params import BackendParams, WorkloadParams
 from bench.fleet.store import S3Model, key_position
 from bench.fleet.workload import Tier, Workload
 from kvprobe.backends._fair_pool import RoundRobin
-from kvprobe.backends._obj_lookup import Chunk, RetryPlan
+from kvprobe.backends._obj_lookup import Chunk, RetryPlan, shed_margin, usual_query_s
 from kvprobe.backends._pacing import PaceCore
 from kvprobe.statemachine.types import GroupOutcome, ProbeGroup, ReqContext
 
@@ -142,7 +142,7 @@ class SimObjBackend:
             if call.done:
                 continue  # cancelled at the deadline: never sent
             if self.pace is not None and chunk not in call.reserved:
-                margin = min(self.query_s, self.p.deadline_s / 2)
+                margin = shed_margin(self.query_s, self.p.deadline_s)
                 at = self.pace.reserve(now, chunk.stop - chunk.start, not_after=call.plan.end - margin)
                 if at is None:  # the pace cannot start it in time: MISS at once
                     call.plan.shed(chunk)
@@ -183,7 +183,7 @@ class SimObjBackend:
             else:
                 if self.pace is not None:
                     self.pace.answered(now, sent_at, heads)
-                    self.query_s = 0.8 * self.query_s + 0.2 * (now - sent_at)
+                    self.query_s = usual_query_s(self.query_s, now - sent_at)
                 call.plan.answered(chunk, [{} if t else None for t in call.truth[chunk.start : chunk.stop]])
             self._settle_if_over(call)
         self._dispatch(now)
