@@ -24,160 +24,45 @@ at import), the checks of what callers pass
 place, :meth:`LookupCore._new_probe`, whether a single lookup or a chain
 asked for it.
 
-Data layout (see :mod:`kvprobe.statemachine.records`).  A
-:class:`ProbeState` is one generation of one key, and every structure that
-must refer to "this generation" holds the object itself: the step batch, the
-reverse index (a :class:`WaitingRequest`'s list of states) and the submitted
-groups.  A state dropped from the table has its phase set to ABSENT, so "is
-this result still for the live generation?" is ``state.phase is IN_FLIGHT``
-(a state never returns to IN_FLIGHT once it left it), and cleanup reaches
-its states without a table lookup.  Generation numbers are kept for traces
-and the reference model, not compared here.  Each probe points at the
-registration of the request that created it, and that registration knows
-whether the request was cleaned up, so flush groups a probe without looking
-into its set of waiters (a separate object, and so a cache miss per key).
+The class is built in three layers, one module each, so that each reads in
+one sitting: the tables, the data layout they keep and the actions on all of
+them at once (Shutdown, the observations:
+:mod:`~kvprobe.statemachine.probe_table`), the worker handoff (Flush and
+Drain: :mod:`~kvprobe.statemachine.handoff`), and here the actions a caller
+takes per key or per request (Lookup, Cleanup, MarkMiss), with the hooks of
+the inferred walk (:mod:`~kvprobe.statemachine.inferred`) and the verdict
+cache (:mod:`~kvprobe.statemachine.verdict_cache`) they call.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from kvprobe.spec.lifecycle import ABSENT, Phase
+from kvprobe.spec.lifecycle import ABSENT
 from kvprobe.statemachine.chain import walk_chain
-from kvprobe.statemachine.closed import ClosedInbox, ClosedList, ClosedTable
-from kvprobe.statemachine.inferred import EXACT, INFERRED, forgive, refute
+from kvprobe.statemachine.handoff import WorkerHandoff, as_applied
+from kvprobe.statemachine.inferred import INFERRED, forgive, refute
 from kvprobe.statemachine.inputs import bad_lookup, key_list
-from kvprobe.statemachine.invariants import layout_violations
+from kvprobe.statemachine.probe_table import mypyc_attr
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
-from kvprobe.statemachine.rules import (
-    ANSWERED,
-    CLEANUP_LAST,
-    COMPILED,
-    IN_FLIGHT,
-    MARK_MISS_NEXT,
-    PENDING,
-    RECALLED,
-    TO_IN_FLIGHT,
-)
-from kvprobe.statemachine.types import (
-    Batch,
-    ChainAnswer,
-    FailureKind,
-    GroupOutcome,
-    HasReqId,
-    InvalidInputError,
-    InvariantViolation,
-    Key,
-    KvprobeError,
-    ProbeGroup,
-    Stats,
-    is_death_marker,
-)
-from kvprobe.statemachine.verdict_cache import VerdictMemory
-from kvprobe.statemachine.windows import ALL
+from kvprobe.statemachine.rules import CLEANUP_LAST, COMPILED, IN_FLIGHT, MARK_MISS_NEXT, PENDING, RECALLED
+from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, InvariantViolation, KvprobeError
 
-_C = TypeVar("_C")
-
-try:
-    from mypy_extensions import mypyc_attr
-except ImportError:  # only the compiled build needs mypy_extensions (mypyc reads the decorator)
-
-    def mypyc_attr(*_args: str, **_flags: bool) -> Callable[[_C], _C]:  # type: ignore[misc]
-        return lambda cls: cls
-
-
-__all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest"]
-
-_BACKEND_ERRORS: Final = frozenset(
-    {
-        FailureKind.RAISED,
-        FailureKind.RAISED_WHILE_ITERATING,
-        FailureKind.SHORT_RESULT,
-        FailureKind.LONG_RESULT,
-        FailureKind.BAD_VERDICT,
-    }
-)
-
-
-_NO_CALL: Final = frozenset({FailureKind.SATURATED, FailureKind.WORKER_DIED, FailureKind.WORKER_ERROR})
-
-
-def as_applied(outcome: GroupOutcome) -> GroupOutcome:
-    """``outcome`` as :meth:`LookupCore.apply` applies it (the tracing core logs this form).
-
-    An outcome whose verdicts do not match its group's keys in number is the
-    failure it is (SHORT_RESULT or LONG_RESULT); any other is itself.
-    """
-    if outcome.verdicts is None or len(outcome.verdicts) == len(outcome.group.states):
-        return outcome
-    given, expected = len(outcome.verdicts), len(outcome.group.states)
-    failure = FailureKind.SHORT_RESULT if given < expected else FailureKind.LONG_RESULT
-    detail = f"the worker published {given} verdicts for {expected} keys"
-    return GroupOutcome(outcome.group, None, failure, detail, outcome.late, outcome.call_s)
+__all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest", "as_applied"]
 
 
 # Interpreted subclasses: the tracing core, the test suite's mutant cores.
 @mypyc_attr(allow_interpreted_subclasses=True)
-class LookupCore:
+class LookupCore(WorkerHandoff):
     """Scheduler-owned probe table, reverse index, generations and step batch.
 
     All methods must be called from one thread.  None of them performs I/O or
     blocks.  Errors: methods raise :class:`InvalidInputError` for bad
-    arguments, before changing anything.
+    arguments, before changing anything.  The tables and Shutdown are
+    :class:`~kvprobe.statemachine.probe_table.ProbeTable`'s, Flush and Drain
+    :class:`~kvprobe.statemachine.handoff.WorkerHandoff`'s.
     """
-
-    def __init__(self) -> None:
-        self.states: dict[Key, ProbeState] = {}
-        # Reverse index: request id -> its registration, which lists the
-        # states it waits on (each once) and holds its context (handed to the
-        # backend for the groups it owns).  A listed state is in the table: it
-        # cannot be dropped while it has a waiter, and a request leaves only
-        # through cleanup.
-        self.requests: dict[str, WaitingRequest] = {}
-        # This step's new states, in first-asked order.  Some may have been
-        # reclaimed or forced to MISS since; flush skips those.
-        self.step_batch: list[ProbeState] = []
-        # Groups submitted whose first outcome has not been applied yet.
-        self.outstanding: dict[int, ProbeGroup] = {}
-        #: Outcomes published by the worker, applied by :meth:`drain`.
-        self.inbox: deque[GroupOutcome] = deque()
-        self._stats = Stats()
-        self._flushed_probes = 0  # probes_created, but for the step batch
-        # The last generation number handed out (an int, not itertools.count:
-        # ``next()`` on a counter cost a tenth of a new probe).
-        self._last_generation = 0
-        self._batch_ids = itertools.count(1)
-        self._group_ids = itertools.count(1)
-        #: The first window of :meth:`lookup_chain`'s walk, in keys (windows
-        #: then double); ``windows.ALL`` (0): one window, every key.  A bare
-        #: core walks the whole chain; ``AsyncLookupManager(chain_window=...)``
-        #: checks the value it sets (default ``windows.DEFAULT_CHAIN_WINDOW``).
-        self.chain_window: int = ALL
-        #: How :meth:`lookup_chain` walks: ``inferred.EXACT`` (every key up
-        #: to the first miss) or ``inferred.INFERRED`` (a search that infers
-        #: the keys before the stored prefix's end; :mod:`kvprobe.statemachine.inferred`).
-        self.chain_mode: str = EXACT
-        #: Inferred mode: keys whose load failed (``mark_miss``), latest last;
-        #: a chain holding one is walked exactly (``inferred.refute``).
-        self.refuted_keys: dict[bytes, None] = {}
-        #: The opt-in verdict cache (:mod:`kvprobe.statemachine.verdict_cache`):
-        #: None (the default) remembers nothing across requests;
-        #: ``AsyncLookupManager(verdict_cache=...)`` sets one.
-        self.memory: VerdictMemory | None = None
-
-    @property
-    def stats(self) -> Stats:
-        """The live counters.
-
-        ``probes_created`` is brought up to date here: the lookup that creates
-        a probe does not count it (the step batch does), flush adds it.
-        """
-        stats = self._stats
-        stats.probes_created = self._flushed_probes + len(self.step_batch)
-        return stats
 
     # --- Lookup ------------------------------------------------------------
 
@@ -310,193 +195,6 @@ class LookupCore:
             forgive(self, keys, answer)  # hits the backend answered fill the holes recorded
         return answer
 
-    # --- Flush ---------------------------------------------------------------
-
-    def flush(self) -> Batch | None:
-        """Flush action: submit this step's PENDING probes, one group per request.
-
-        States reclaimed (their requests all left) or forced to MISS since the
-        lookup are skipped: they are never probed.  A state is grouped under
-        the request that created it, or under the smallest id of the requests
-        still waiting on it if that one left.  Returns None when there is
-        nothing to submit.
-        """
-        if self.inbox:
-            self.drain()
-        entries, self.step_batch = self.step_batch, []
-        if not entries:
-            return None
-        self._flushed_probes += len(entries)
-        to_in_flight = TO_IN_FLIGHT
-        pending = PENDING
-        # A request's new keys are usually consecutive entries, so the group
-        # of the previous entry is tried before the dict (`is` is only a
-        # shortcut; the dict decides).
-        grouped: dict[WaitingRequest, list[ProbeState]] = {}
-        last: WaitingRequest | None = None
-        members: list[ProbeState] = []
-        for state in entries:
-            if state.phase is not pending:
-                continue
-            owner = state.owner
-            if not owner.waiting:
-                owner = self._regroup(state)
-            state.phase = to_in_flight
-            if owner is not last:
-                last = owner
-                found = grouped.get(owner)
-                if found is None:
-                    found = grouped[owner] = []
-                members = found
-            members.append(state)
-        if not grouped:
-            return None
-        batch_id = next(self._batch_ids)
-        group_ids = self._group_ids
-        outstanding = self.outstanding
-        groups = []
-        submitted = 0
-        for owner, members in grouped.items():
-            group = ProbeGroup(next(group_ids), batch_id, owner.req_id, owner.context, tuple(members))
-            outstanding[group.group_id] = group
-            groups.append(group)
-            submitted += len(members)
-        stats = self._stats
-        stats.probes_submitted += submitted
-        stats.batches += 1
-        return Batch(batch_id, tuple(groups))
-
-    def _regroup(self, state: ProbeState) -> WaitingRequest:
-        """The request a PENDING state is grouped under when its creator was cleaned up.
-
-        Its creator's id if that id asked again and waits on it, else the
-        smallest id among its waiters (deterministic, so traces replay).
-        """
-        req_id = state.owner.req_id
-        if req_id not in state.waiters:
-            req_id = min(state.waiters)
-        return self.requests[req_id]
-
-    # --- Drain ---------------------------------------------------------------
-
-    def drain(self) -> int:
-        """Drain action, repeated: apply every published outcome; return how many."""
-        inbox = self.inbox
-        applied = 0
-        while inbox:
-            self.apply(inbox.popleft())
-            applied += 1
-        return applied
-
-    def apply(self, outcome: GroupOutcome) -> None:
-        """Apply one group outcome to the states it was submitted for.
-
-        A failure applies MISS to each key.  A state no longer IN_FLIGHT (gone
-        from the table, replaced by a newer generation, or already RESOLVED)
-        is left alone and counted in ``stale_results_dropped``: that is what
-        keeps a timed-out call's late answer, or a result racing a
-        ``mark_miss``, from overriding anything.  Verdicts fewer or more than
-        the group's keys (a worker of its own that skipped ``probe_group``'s
-        check) are applied as that group's SHORT_RESULT or LONG_RESULT
-        failure: every key MISS, counted as a backend error, none left
-        waiting and none trusted (which verdict is whose is unknown).
-        """
-        group = outcome.group
-        if group.group_id == 0 and is_death_marker(outcome):
-            # The worker's dispatcher ended: whatever it held is lost.  Outcomes
-            # queued behind the marker are drained after it, as the model's queue
-            # is: a stuck call's late answer then finds its keys resolved.
-            self._fail_open_groups(FailureKind.WORKER_DIED, outcome.detail)
-            return
-        outcome = as_applied(outcome)
-        stats = self._stats
-        first = self.outstanding.pop(group.group_id, None) is not None
-        if outcome.late:
-            stats.late_results += 1
-        if first:
-            self._count_call(outcome.failure)
-        verdicts: Iterable[bool] = (
-            outcome.verdicts if outcome.verdicts is not None else itertools.repeat(False, len(group.states))
-        )
-        in_flight = IN_FLIGHT
-        answered = ANSWERED
-        # Counted locally and added once: a stats attribute update per key
-        # costs as much as the state change itself.
-        hits = misses = stale = 0
-        # Only the backend's own answer for the live generation is remembered:
-        # a failure's MISS says nothing about the store, and a stale result
-        # may be older than a mark_miss that forgot the key.
-        memory = self.memory if outcome.failure is None else None
-        # One verdict per key (a miscounted outcome became a failure above).
-        for state, verdict in zip(group.states, verdicts, strict=False):
-            if state.phase is not in_flight:
-                stale += 1
-                continue
-            if memory is not None:
-                memory.remember(state.key, state.generation, verdict)
-            if state.waiters:
-                state.phase = answered
-                state.verdict = verdict
-                if verdict:
-                    hits += 1
-                else:
-                    misses += 1
-            else:
-                # Nobody waits on it any more: the orphan is reclaimed.
-                self._drop(state)
-                stats.orphans_reclaimed += 1
-        stats.hits += hits
-        stats.misses += misses
-        stats.stale_results_dropped += stale
-
-    def _drop(self, state: ProbeState) -> None:
-        """Take ``state`` out of the table and mark it gone for groups that refer to it."""
-        del self.states[state.key]
-        state.phase = ABSENT
-
-    def _count_call(self, failure: FailureKind | None) -> None:
-        stats = self._stats
-        # A dead, saturated or broken worker made no backend call for the group.
-        stats.backend_calls += failure not in _NO_CALL
-        if failure is None:
-            return
-        stats.failures[failure.value] = stats.failures.get(failure.value, 0) + 1
-        if failure in _BACKEND_ERRORS:
-            stats.backend_errors += 1
-        elif failure is FailureKind.TIMEOUT:
-            stats.timeouts += 1
-        elif failure is FailureKind.SATURATED:
-            stats.saturated += 1
-
-    def fail_outstanding(self, failure: FailureKind, detail: str, groups: Iterable[ProbeGroup] | None = None) -> int:
-        """Resolve submitted groups that have no outcome yet as a failure (every key MISS).
-
-        ``groups`` None means every open group: the worker died (its queue is
-        lost; counted in ``worker_deaths``).  Given groups are those a worker
-        could not accept (``submit`` raised).  Returns the number of groups
-        failed.  Never raises.
-        """
-        if groups is None:
-            if self.inbox:
-                # What the worker published before it died is its answer.
-                self.drain()
-            return self._fail_open_groups(failure, detail)
-        return self._fail_groups(groups, failure, detail)
-
-    def _fail_open_groups(self, failure: FailureKind, detail: str) -> int:
-        """Fail every open group (the worker died); what is queued behind stays queued."""
-        if failure is FailureKind.WORKER_DIED:
-            self._stats.worker_deaths += 1
-        return self._fail_groups(list(self.outstanding.values()), failure, detail)
-
-    def _fail_groups(self, groups: Iterable[ProbeGroup], failure: FailureKind, detail: str) -> int:
-        failed = 0
-        for group in groups:
-            if group.group_id in self.outstanding:
-                self.apply(GroupOutcome(group, None, failure, detail))
-                failed += 1
-        return failed
-
     # --- Cleanup -------------------------------------------------------------
 
     def cleanup(self, req_id: Any) -> None:
@@ -568,57 +266,3 @@ class LookupCore:
             else:
                 state.phase = dest
                 state.verdict = False
-
-    # --- Shutdown ------------------------------------------------------------
-
-    def shutdown(self, message: str = "the lookup manager was shut down") -> None:
-        """Shutdown action: reclaim every state, request, batch entry and outcome.
-
-        The tables are first swapped for closed ones (:mod:`kvprobe.statemachine.closed`),
-        so every later action, including a lookup bound before this call or
-        one racing it from another thread, raises :class:`ManagerClosedError`
-        with ``message``; then the old tables are emptied.
-        """
-        step_batch, states, requests, inbox = self.step_batch, self.states, self.requests, self.inbox
-        self.inbox = ClosedInbox(message)
-        self.states = ClosedTable(message)
-        self.requests = ClosedTable(message)
-        self.step_batch = ClosedList(message)
-        self._flushed_probes += len(step_batch)
-        # Snapshots (C-level copies): a call racing this one may still write
-        # to a table it read before the swap; iterating it directly could fail.
-        for state in list(states.values()):
-            state.phase = ABSENT
-        states.clear()
-        for request in list(requests.values()):
-            request.waiting = False
-        requests.clear()
-        step_batch.clear()
-        self.outstanding.clear()
-        inbox.clear()
-        if self.memory is not None:
-            self.memory.clear()
-
-    # --- Observation -----------------------------------------------------------
-
-    def phase(self, key: Any) -> Phase:
-        """The key's phase, or None when no state is held (does not drain)."""
-        state = self.states.get(key)
-        return None if state is None else state.phase
-
-    def check_invariants(self) -> None:
-        """Check the invariants (docs/properties.md) that a snapshot can show.
-
-        Raises:
-            InvariantViolation: naming the invariant and the offending key.
-        """
-        problems = list(self.violations())
-        if problems:
-            raise InvariantViolation("; ".join(problems))
-
-    def violations(self) -> Iterable[str]:
-        """Yield one message per broken invariant (empty when all hold); never raises.
-
-        See :func:`kvprobe.statemachine.invariants.layout_violations`.
-        """
-        return layout_violations(self.states, self.requests, self.outstanding.values(), self.step_batch)
