@@ -29,6 +29,8 @@ COMPILED_MODULES = [
     "kvprobe.statemachine.inputs",
     "kvprobe.statemachine.chain",
     "kvprobe.statemachine.core",
+    "kvprobe.statemachine.inferred",
+    "kvprobe.statemachine.verdict_cache",
 ]
 
 

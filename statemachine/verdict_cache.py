@@ -27,8 +27,18 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # a pure install: the decorator only speaks to mypyc
+    _Class = TypeVar("_Class")
+
+    def mypyc_attr(*_args: str, **_flags: bool) -> Callable[[_Class], _Class]:  # type: ignore[misc]
+        return lambda cls: cls
+
 
 __all__ = ["VerdictCache", "VerdictMemory"]
 
@@ -42,6 +52,11 @@ def _check_ttl(name: str, value: object) -> float:
     return seconds
 
 
+# A plain Python class even in the compiled build: a native (mypyc) class
+# checks and converts its fields' types itself (a bool stored as an int, a
+# string refused with a plain TypeError) before __post_init__ could raise
+# the InvalidInputError promised below.  It is read once, by VerdictMemory.
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True)
 class VerdictCache:
     """How the opt-in verdict cache remembers backend answers.
@@ -71,12 +86,17 @@ class VerdictCache:
     miss_ttl_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_entries, bool) or not isinstance(self.max_entries, int):
-            raise InvalidInputError(f"max_entries must be an int, got {type(self.max_entries).__name__}")
-        if self.max_entries < 1:
-            raise InvalidValueError(f"max_entries must be at least 1, got {self.max_entries}")
-        hit = _check_ttl("hit_ttl_s", self.hit_ttl_s)
-        miss = _check_ttl("miss_ttl_s", self.miss_ttl_s)
+        # The fields as given, read as ``object``: compiled code reading
+        # ``self.max_entries`` would cast it to ``int`` (a bool to 1, a float
+        # refused with a plain TypeError) before it could be checked.
+        given: dict[str, object] = vars(self)
+        max_entries = given["max_entries"]
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int):
+            raise InvalidInputError(f"max_entries must be an int, got {type(max_entries).__name__}")
+        if max_entries < 1:
+            raise InvalidValueError(f"max_entries must be at least 1, got {max_entries}")
+        hit = _check_ttl("hit_ttl_s", given["hit_ttl_s"])
+        miss = _check_ttl("miss_ttl_s", given["miss_ttl_s"])
         if hit == 0.0 and miss == 0.0:
             raise InvalidValueError("hit_ttl_s and miss_ttl_s are both 0: the cache would remember nothing")
         object.__setattr__(self, "hit_ttl_s", hit)
@@ -100,7 +120,9 @@ class VerdictMemory:
             ``clock`` is not callable.
     """
 
-    def __init__(self, config: VerdictCache, clock: Callable[[], float]) -> None:
+    # ``config`` is annotated ``object``: a compiled build would refuse
+    # anything else with a plain TypeError before the InvalidInputError below.
+    def __init__(self, config: object, clock: Callable[[], float]) -> None:
         if not isinstance(config, VerdictCache):
             raise InvalidInputError(f"verdict_cache must be a VerdictCache, got {type(config).__name__}")
         if not callable(clock):

@@ -28,7 +28,7 @@ import abc
 import logging
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from kvprobe.integrations.vllm.after_shutdown import AfterShutdownTable
 from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, PublishedResults, state_snapshot
@@ -37,6 +37,7 @@ from kvprobe.statemachine.inputs import key_list
 from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager, WorkerChoice
 from kvprobe.statemachine.trace import TraceSink
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, ManagerClosedError, Stats
+from kvprobe.statemachine.verdict_cache import VerdictCache
 from kvprobe.statemachine.workers import DEFAULT_HOLD_S, ThreadedWorker
 
 __all__ = ["AsyncLookupManager", "LookupPhase", "LookupState"]
@@ -132,12 +133,22 @@ class AsyncLookupManager(abc.ABC):
         trace: kvprobe extra: a trace sink (see ``kvprobe.statemachine.trace``).
         core_class: kvprobe extra: the core to run (e.g. the metered core of
             ``kvprobe.metrics``); None: kvprobe's ``LookupCore``.
+        chain_mode: kvprobe extra, the native manager's option of that
+            name: ``"exact"`` (default) or ``"inferred"``, for tiers written
+            in chain order (:meth:`lookup_chain` then searches for the
+            stored prefix's end; :mod:`kvprobe.statemachine.inferred`).
+        verdict_cache: kvprobe extra, the native manager's option of that
+            name: None (default, as vLLM: every request probes afresh) or a
+            :class:`~kvprobe.statemachine.verdict_cache.VerdictCache`
+            (backend answers remembered across requests; docs/cache.md).
 
     Raises:
-        InvalidInputError: ``tier_type`` is not a string, or a number
-            argument is not a number.
+        InvalidInputError: ``tier_type`` is not a string, a number
+            argument is not a number, ``chain_mode`` is not a string, or
+            ``verdict_cache`` is not a ``VerdictCache``.
         InvalidValueError: a timeout is not positive and finite,
-            ``busy_call_hold_s`` is negative, or a count is below 1.
+            ``busy_call_hold_s`` is negative, a count is below 1, or
+            ``chain_mode`` is a string other than ``"exact"`` or ``"inferred"``.
     """
 
     def __init__(
@@ -154,6 +165,8 @@ class AsyncLookupManager(abc.ABC):
         checked: bool = False,
         trace: TraceSink | None = None,
         core_class: type[LookupCore] | None = None,
+        chain_mode: Literal["exact", "inferred"] = "exact",
+        verdict_cache: VerdictCache | None = None,
     ) -> None:
         if not isinstance(tier_type, str):
             raise InvalidInputError(f"tier_type must be a string, got {type(tier_type).__name__}")
@@ -172,6 +185,8 @@ class AsyncLookupManager(abc.ABC):
             checked=checked,
             trace=trace,
             shutdown_timeout_s=shutdown_timeout_s,
+            chain_mode=chain_mode,
+            verdict_cache=verdict_cache,
         )
         self._shutdown_timeout_s = float(shutdown_timeout_s)
         self._after_shutdown: AfterShutdownTable | None = None
@@ -239,7 +254,10 @@ class AsyncLookupManager(abc.ABC):
         whose state is a probe still PENDING or IN_FLIGHT: that probe was
         started after the verdict the failed load relied on, and its own
         result will land.  A forced False sticks until the state is
-        reclaimed.
+        reclaimed.  The keys not skipped are forgotten by the
+        ``verdict_cache``, if any (a skipped key, its probe unresolved, has
+        nothing remembered), and in ``chain_mode="inferred"`` are
+        remembered as refuted: a chain holding one is walked exactly.
 
         Raises:
             InvalidInputError: ``keys`` is a single key, cannot be read, or
@@ -324,6 +342,8 @@ class AsyncLookupManager(abc.ABC):
         every key before it joins this step's batch.  An override of
         :meth:`lookup` in a subclass is not called.  For vLLM's result kind
         pass the answer to :func:`kvprobe.integrations.vllm.as_lookup_result`.
+        With ``chain_mode="inferred"`` the chain is searched instead and
+        ``ChainAnswer.inferred`` counts the hits not checked with the backend.
 
         Raises:
             InvalidInputError: ``keys`` is a single key or holds a non-bytes

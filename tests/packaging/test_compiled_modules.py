@@ -1,0 +1,71 @@
+"""The compiled core covers the modules the hot path calls, whichever options are on, and the docs count them.
+
+``setup.py``'s ``COMPILED_MODULES`` is read without running the build.  The
+build itself is checked by ``test_build_modes.py`` (a wheel) and by
+``make test-compiled`` (the suite against an in-place build, where the last
+test here runs rather than skips).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from kvprobe.build_info import build_info
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The modules the core calls per lookup or per chain walk only with an option on.
+OPTION_MODULES = {
+    "kvprobe.statemachine.inferred": "chain_mode='inferred'",
+    "kvprobe.statemachine.verdict_cache": "verdict_cache",
+}
+
+
+def compiled_modules() -> list[str]:
+    """``COMPILED_MODULES`` of setup.py, as written there."""
+    for node in ast.parse((ROOT / "setup.py").read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["COMPILED_MODULES"]:
+            listed = ast.literal_eval(node.value)
+            assert isinstance(listed, list)
+            return [str(name) for name in listed]
+    raise AssertionError("setup.py assigns no COMPILED_MODULES")
+
+
+def runtime_imports(source: Path) -> set[str]:
+    """The ``kvprobe.statemachine`` modules ``source`` imports when it runs (not for type checking only)."""
+    imported = set()
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvprobe.statemachine."):
+            imported.add(str(node.module))
+    return imported
+
+
+def test_the_modules_the_core_calls_with_an_option_on_are_compiled_with_it() -> None:
+    compiled = set(compiled_modules())
+    hot_path = {"kvprobe.statemachine.core", "kvprobe.statemachine.chain"}
+    assert hot_path <= compiled
+    called = runtime_imports(ROOT / "statemachine" / "core.py") | runtime_imports(ROOT / "statemachine" / "chain.py")
+    for module, option in OPTION_MODULES.items():
+        assert module in called, f"the core no longer imports {module} ({option}): update OPTION_MODULES"
+        assert module in compiled, f"{module} runs on the hot path with {option} but is not in COMPILED_MODULES"
+
+
+def test_the_docs_count_the_compiled_modules() -> None:
+    text = (ROOT / "docs" / "performance.md").read_text()
+    counts = re.findall(r"compiled core \((\d+) modules, mypyc\)", text)
+    assert counts, "docs/performance.md no longer shows `kvprobe --version`'s compiled line"
+    assert set(counts) == {str(len(compiled_modules()))}
+    for module in compiled_modules():
+        assert f"{module.rpartition('.')[2]}.py`" in text, f"docs/performance.md does not name {module}"
+
+
+def test_an_in_place_build_holds_every_listed_module() -> None:
+    info = build_info()
+    if info.kind == "pure":
+        pytest.skip("the pure-Python core is loaded: `make test-compiled` runs this against the compiled one")
+    assert sorted(info.compiled) == sorted(compiled_modules())
+    assert info.describe().startswith(f"compiled core ({len(compiled_modules())} modules, mypyc)")
