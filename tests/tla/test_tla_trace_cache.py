@@ -36,7 +36,8 @@ from kvprobe.tlc import trace_to_tla
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mutants"))
 from mutant_cores import manager_with
-from test_cache_mutants import MUTANTS as CACHE_MUTANTS
+from test_cache_mutants import CACHE as MACHINE_CACHE, MUTANTS as CACHE_MUTANTS
+from test_tla_trace_real import stateful_runs
 
 pytestmark = pytest.mark.tlc
 
@@ -46,6 +47,8 @@ STORED = [K1, K3]
 R1, R2, R3, R4 = (ReqContext(f"r{n}") for n in range(1, 5))
 #: Three entries at most; a "stored" is served 10 s, a "not stored" 2 s.
 CACHE = VerdictCache(max_entries=3, hit_ttl_s=10.0, miss_ttl_s=2.0)
+#: Runs of the Hypothesis machine drawn (the two serving most lookups from memory are checked).
+STATEFUL_RUNS = 6
 
 
 class Clock:
@@ -141,13 +144,13 @@ def threaded_run() -> Events:
 
 
 def recalls(events: Events) -> int:
-    """The lookups a trace shows served from memory (RESOLVED at once, the key's first lookup by that request)."""
-    seen: set[tuple[object, object]] = set()
-    count = 0
+    """The lookups a trace shows served from memory: each made a new state (a generation not seen before) RESOLVED."""
+    newest = count = 0
     for event in events:
-        if event["action"] == "Lookup" and (event["key"], event["req"]) not in seen:
-            seen.add((event["key"], event["req"]))
-            count += event["phase"] == "RESOLVED"
+        for item in event.get("after", []):  # type: ignore[attr-defined]
+            if item["gen"] > newest:
+                newest = item["gen"]
+                count += event["action"] == "Lookup" and item["phase"] == "RESOLVED"
     return count
 
 
@@ -158,6 +161,16 @@ def test_a_trace_recorded_with_the_cache_is_accepted(run: Callable[[], Events], 
     status, output = check_trace(events, tmp_path / "cached.ndjson")
     assert status == EXIT_OK, output
     assert "ACCEPTED" in output
+
+
+def test_runs_of_the_hypothesis_machine_with_the_cache_are_accepted(tmp_path: Path) -> None:
+    """The shipped machine with the cache (the configuration that finds the cache mutants): its runs serving most
+    lookups from memory, its clock rule ageing the entries."""
+    runs = sorted(stateful_runs(STATEFUL_RUNS, verdict_cache=MACHINE_CACHE), key=recalls, reverse=True)[:2]
+    assert all(recalls(events) >= 1 for events in runs), "the sample must serve lookups from memory"
+    for n, events in enumerate(runs):
+        status, output = check_trace(events, tmp_path / f"stateful-{n}.ndjson")
+        assert status == EXIT_OK, output
 
 
 def test_the_manual_run_exercises_the_cache() -> None:
