@@ -41,7 +41,10 @@ allowed to look that key up.  Every event has ``seq`` (0, 1, ...).
 Scheduler events also have ``size`` (states held after the action),
 ``after`` (for each key the action touched, its state afterwards:
 ``{key, phase, gen, verdict, waiters}``, phase ``ABSENT`` and gen 0 when no
-state is held) and ``open`` (the groups submitted and not answered yet, as
+state is held; with the verdict cache on, also the key's entry in the
+cache's memory, ``remembered`` (true/false, null for none) and
+``remembered_gen`` (the generation whose answer it is, 0 for none)) and
+``open`` (the groups submitted and not answered yet, as
 ``{req, keys, gens}``), so that the trace spec can pin the model's state
 down after every event: a core that applies an outcome it should drop, or
 keeps a state it should reclaim, records a trace no behaviour of the model
@@ -212,11 +215,13 @@ class TracingCore(LookupCore):
         failed, recorder.worker_error = recorder.worker_error, None
         if failed is not None:
             raise failed
+        memory = self.memory
+        remembered = None if memory is None else {key: (v, gen) for key, v, gen, _ in memory.entries()}
         event: dict[str, object] = {
             "action": action.value,
             **fields,
             "size": len(self.states) if size is None else size,
-            "after": [self._snapshot(key) for key in dict.fromkeys(touched)],
+            "after": [self._snapshot(key, remembered) for key in dict.fromkeys(touched)],
             "open": [
                 {"req": g.req_id, "keys": [k.hex() for k in g.keys], "gens": list(g.generations)}
                 for g in self.outstanding.values()
@@ -224,19 +229,23 @@ class TracingCore(LookupCore):
         }
         recorder.emit(event)
 
-    def _snapshot(self, key: Key) -> dict[str, object]:
+    def _snapshot(self, key: Key, remembered: Mapping[bytes, tuple[bool, int]] | None) -> dict[str, object]:
+        """``key``'s state, and with the verdict cache on, its entry (``remembered`` maps key -> verdict, gen)."""
         # dict.get: after shutdown the table refuses its own get().
         state = dict.get(self.states, key)
-        if state is None:
-            return {"key": key.hex(), "phase": "ABSENT", "gen": 0, "verdict": None, "waiters": []}
-        phase = "ABSENT" if state.phase is None else state.phase.value
-        return {
-            "key": key.hex(),
-            "phase": phase,
-            "gen": state.generation,
-            "verdict": state.verdict,
-            "waiters": sorted(state.waiters),
-        }
+        snapshot: dict[str, object] = {"key": key.hex(), "phase": "ABSENT", "gen": 0, "verdict": None, "waiters": []}
+        if state is not None:
+            snapshot["phase"] = "ABSENT" if state.phase is None else state.phase.value
+            snapshot["gen"] = state.generation
+            snapshot["verdict"] = state.verdict
+            snapshot["waiters"] = sorted(state.waiters)
+        if remembered is not None:
+            # The entry as held, expired or not: the memory drops an expired
+            # entry only when a lookup of its key finds it.
+            entry = remembered.get(key)
+            snapshot["remembered"] = None if entry is None else entry[0]
+            snapshot["remembered_gen"] = 0 if entry is None else entry[1]
+        return snapshot
 
     def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
         with self._recorder.lock:

@@ -11,7 +11,9 @@
 (* observable results:                                                     *)
 (*  - scheduler events: the verdict and phase of a lookup, the groups of a *)
 (*    flush, the outcome a drain applies, the number of states held, each  *)
-(*    touched key's state and the open groups afterwards;                  *)
+(*    touched key's state and the open groups afterwards; with the verdict *)
+(*    cache on (CacheOn), a lookup served from memory is LookupRecall and  *)
+(*    each touched key's remembered answer is the model's (MemoryMatches); *)
 (*  - worker events: the group taken or answered and the answer per key,   *)
 (*    and, where the worker knows them, the groups it still holds and the  *)
 (*    number of its calls stuck past their timeout.                        *)
@@ -82,14 +84,28 @@ Matches(e) ==
             IN IF live = {} THEN Same ELSE MarkMiss(live)
       [] e.action = "Shutdown" -> Shutdown
 
+\* The verdict cache's entry of key k recorded after an event (CacheOn: the
+\* recording has one per touched key, mem "none" for no entry).  KVProbe has
+\* no clock: it drops an entry only at MarkMiss, Shutdown and a Lookup that
+\* probes the key (LookupNew is allowed whatever is remembered), which
+\* stands for every expiry and eviction.  The code also drops an entry when
+\* its time is up (found by the key's lookup, which then probes: the same
+\* step) or when the bound evicts it, and keeps no answer whose TTL is 0; so
+\* a recorded absence says nothing, and a recorded entry must be the
+\* model's, answer and generation: an entry the model never made or has
+\* forgotten (a failure's MISS, a key MarkMiss was given) is rejected at
+\* the event that shows it.
+MemoryMatches(k, rec) == rec.mem # "none" => mem'[k] = rec.mem /\ memGen'[k] = rec.memGen
+
 \* The recorded state after a scheduler event: every touched key's phase,
-\* generation, verdict and waiters, and the open groups.
+\* generation, verdict, waiters and remembered answer, and the open groups.
 StateMatches(e) ==
     /\ \A k \in DOMAIN e.after :
           /\ phase'[k] = e.after[k].phase
           /\ gen'[k] = e.after[k].gen
           /\ verdict'[k] = e.after[k].verdict
           /\ waiters'[k] = e.after[k].waiters
+          /\ MemoryMatches(k, e.after[k])
     /\ open' = e.open
     /\ Size(phase') = e.size
 

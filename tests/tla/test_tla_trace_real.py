@@ -47,7 +47,7 @@ from kvprobe.backends._nixl_import import nixl_unavailable
 from kvprobe.backends.memory import InMemoryBackend
 from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED
 from kvprobe.spec.lifecycle import LookupPhase
-from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext
+from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext, VerdictCache
 from kvprobe.testing.search import check_trace
 from kvprobe.testing.stateful import lookup_machine
 from kvprobe.tlc import CORE_EVENTS, WORKER_EVENTS
@@ -183,15 +183,16 @@ def deaths() -> Events:
     return events
 
 
-def stateful_runs(count: int) -> list[Events]:
+def stateful_runs(count: int, verdict_cache: VerdictCache | None = None) -> list[Events]:
     """``count`` runs of the shipped Hypothesis machine (manual worker), each run's whole trace.
 
     Hypothesis's first runs are tiny (it starts small), so it makes
     ``SAMPLED_FROM`` times as many (milliseconds each) and the runs kept are
     distinct runs whose traces hold the most different actions, then the longest.
+    ``verdict_cache``: the machine's cache (its clock rule ages the entries).
     """
     traces: list[Events] = []
-    machine: Any = lookup_machine()
+    machine: Any = lookup_machine(verdict_cache=verdict_cache)
 
     class Recorded(machine):  # type: ignore[misc, valid-type]
         def teardown(self) -> None:
