@@ -507,10 +507,10 @@ def _update_doc(data: dict[str, Any]) -> list[str]:
             missing.append(table)
             continue
         at = end = lines.index(marker) + 1
-        if end < len(lines) and lines[end].startswith("*"):  # the provenance line
+        if end < len(lines) and lines[end].startswith("*"):  # the provenance line, then its blank line
             end += 1
-        if end < len(lines) and not lines[end]:
-            end += 1
+            if end < len(lines) and not lines[end]:
+                end += 1
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
         lines[at:end] = render(data, table)
