@@ -472,12 +472,12 @@ def measure(
     from kvprobe.testing.faultproxy import FaultProxy
     from kvprobe.testing.rgw import RgwServer
 
-    if server is None:
-        with RgwServer() as own:
-            return measure(setup, seeds, own, bucket, control=control, chain_modes=chain_modes)
     bad = [mode for mode in chain_modes if mode not in CHAIN_MODES]
     if bad or not chain_modes:
         raise ValueError(f"chain_modes must be some of {CHAIN_MODES}, got {list(chain_modes)!r}")
+    if server is None:
+        with RgwServer() as own:
+            return measure(setup, seeds, own, bucket, control=control, chain_modes=chain_modes)
     stored = stored_prefixes(setup.pool)
     figures, raws = [], []
     if bucket not in getattr(server, "buckets", ()):

@@ -10,6 +10,7 @@ from bench.fleet_rgw import (
     Setup,
     comparison,
     engine_plans,
+    measure,
     mode_tables,
     rounds,
     seed_figures,
@@ -109,3 +110,7 @@ def test_the_modes_are_shown_apart_and_side_by_side() -> None:
     assert set(mode_tables({"inferred": [met]})) == {"targets_inferred", "seeds_inferred"}
     with pytest.raises(ValueError, match="'inferred' has no figures"):
         comparison({"exact": [missed], "inferred": []})
+    with pytest.raises(ValueError, match="chain_modes must be some of"):
+        measure(Setup(), [1], chain_modes=["fast"])  # refused before any store is started
+    with pytest.raises(ValueError, match="chain_modes must be some of"):
+        measure(Setup(), [1], chain_modes=[])
