@@ -13,8 +13,10 @@ stopped by its pid):
   rate limits enforce it.  The proxy counts the HEADs the fleet sent;
 * ``--engines`` engine processes (:mod:`bench.fleet_rgw_engine`), each an
   ``AsyncLookupManager`` over a ``NixlObjBackend`` on the proxy with the
-  library's defaults (``lookup_chain``, its chain window, pacing on),
-  receiving Poisson arrivals of ``--rate`` requests per second for
+  library's defaults (``lookup_chain``, its chain window, pacing on) and
+  one chain mode per run (``--chain-modes``: ``exact``, the library's
+  default, and the opt-in ``inferred`` search, valid here because the store
+  is filled prefix-closed), receiving Poisson arrivals of ``--rate`` requests per second for
   ``--duration`` seconds, each request's chain looked up step by step until
   decided or its ``--deadline``.
 
@@ -24,7 +26,12 @@ the exact ideal (hits plus the first miss), the **throttled** fraction of
 HEADs (503s at the proxy over HEADs at the proxy), the requests **decided**
 within their deadline, **wrong** verdicts (a decided ``leading_hits`` longer
 than the stored prefix: an absent block answered True), the engines' **exit**
-codes and their **stderr** lines; and each engine's pace at the end.
+codes and their **stderr** lines; and each engine's pace at the end.  Every
+mode runs every seed in the same run, one after the other on the same plans
+behind the same cap, and is reported apart (the inferred mode's verdicts are
+checked against the stored prefixes like the exact mode's; its HEADs are the
+ones the proxy saw, and its probes the backends' ``keys`` counter, not the
+keys it answered stored by inference).
 
 ``python -m bench.fleet_rgw`` prints the tables and writes
 ``bench/results/fleet_rgw.json`` (untracked); ``--update-docs`` writes
@@ -46,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,9 +62,12 @@ from typing import Any
 from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import DATA_DIR, dumps, render
 from bench.fleet_rgw_engine import CHAIN, prompt_keys
+from kvprobe.statemachine.inferred import CHAIN_MODES, EXACT
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, window_end
 
-__all__ = ["Setup", "engine_plans", "main", "measure", "run_seed", "seed_figures", "targets"]
+__all__ = [
+    "Setup", "comparison", "engine_plans", "main", "measure", "mode_tables", "run_seed", "seed_figures", "targets",
+]  # fmt: skip
 
 BUCKET = "fleet"
 DOC = DOCS_DIR / "fleet.md"
@@ -201,23 +211,35 @@ def _wait_until(check: Any, timeout_s: float) -> bool:
 
 
 def run_seed(
-    setup: Setup, seed: int, server: Any, proxy: Any, stored: Sequence[int], bucket: str = BUCKET
+    setup: Setup,
+    seed: int,
+    server: Any,
+    proxy: Any,
+    stored: Sequence[int],
+    bucket: str = BUCKET,
+    chain_mode: str = EXACT,
 ) -> dict[str, Any]:
-    """Start the engines, let them serve one seed's arrivals, stop them; the raw outcome of each.
+    """Start the engines in ``chain_mode``, let them serve one seed's arrivals, stop them; the raw outcome of each.
 
     Raises:
-        RuntimeError: an engine did not get ready within ``engine_timeout_s`` (every engine is killed).
+        RuntimeError: an engine did not get ready within ``engine_timeout_s`` (every engine is killed;
+            an engine refusing ``chain_mode`` never gets ready).
     """
     creds = server.credentials()
     base = {"bucket": bucket, "endpoint_url": proxy.endpoint_url, "deadline_s": setup.deadline_s}
+    base |= {"chain_mode": chain_mode}
     base |= {"step_s": setup.step_s, "access_key": creds["access_key"], "secret_key": creds["secret_key"]}
     plans = engine_plans(setup, seed, stored)
+    # Uncapped while the engines start: each backend checks its store once at construction, and
+    # that check is not what is measured (an engine refused there never serves a request).
+    proxy.configure(head_rate=UNCAPPED)
     with tempfile.TemporaryDirectory(prefix="kvprobe-fleet-rgw-") as workdir:
         engines = [_spawn({**base, "engine": i, "requests": plan}, workdir) for i, plan in enumerate(plans)]
         try:
             ready = _wait_until(lambda: all(e.lines or e.proc.poll() is not None for e in engines), 60.0)
             if not ready or any(e.lines[:1] != ["ready\n"] for e in engines):
-                raise RuntimeError(f"seed {seed}: not every engine got ready: {[e.lines[:1] for e in engines]}")
+                said = [(e.lines[:1], Path(e.stderr_path).read_text().splitlines()[-3:]) for e in engines]
+                raise RuntimeError(f"seed {seed}, {chain_mode}: not every engine got ready (stdout, stderr): {said}")
             proxy.configure(**setup.cap())  # counts from here, with a full bucket
             for e in engines:
                 assert e.proc.stdin is not None
@@ -241,11 +263,12 @@ def run_seed(
             result = json.loads(e.lines[-1]) if len(e.lines) > 1 else None
             runs.append({"exit": e.proc.returncode, "stderr_lines": len(stderr), "stderr_head": stderr[:5]} | {
                 "killed": e.proc.pid in killed, "result": result})  # fmt: skip
-    return {"seed": seed, "proxy": proxy_stats, "engines": runs, "requests": sum(len(p) for p in plans)}
+    requests = sum(len(p) for p in plans)
+    return {"seed": seed, "chain_mode": chain_mode, "proxy": proxy_stats, "engines": runs, "requests": requests}
 
 
 def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    """One seed's figures from :func:`run_seed`'s raw outcome."""
+    """One seed's figures from :func:`run_seed`'s raw outcome (a raw outcome naming no mode is exact mode's)."""
     outcomes = [o for e in raw["engines"] if e["result"] for o in e["result"]["outcomes"]]
     n = max(1, len(outcomes))
     ideal = sum(o["stored"] + (o["stored"] < CHAIN) for o in outcomes)
@@ -261,6 +284,7 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
     stats = [e["result"]["stats"] for e in raw["engines"] if e["result"]]
     return {
         "seed": raw["seed"],
+        "chain_mode": raw.get("chain_mode", EXACT),
         "requests": raw["requests"],
         "settled": len(outcomes),
         "found": sum(o["decided"] and o["leading_hits"] == o["stored"] for o in outcomes) / n,
@@ -268,11 +292,14 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
         "ideal_per_request": ideal / n,
         "windows_per_request": windowed / n,
         "answered_per_request": (heads - throttled) / n,
+        "probes_per_request": sum(s.get("keys", 0) for s in stats) / n,
+        "inferred_per_request": sum(o.get("inferred", 0) for o in outcomes) / n,
         "undecided_by_rounds": {str(k): v for k, v in sorted(by_rounds.items())},
         "head_ratio": heads / max(1, ideal),
         "throttled": throttled / max(1, heads),
         "decided": sum(o["decided"] for o in outcomes) / n,
         "late": sum(o["settled_after_s"] > setup.deadline_s + LATE_SLACK_S for o in outcomes),
+        "decided_after_deadline": sum(o["decided"] and o["settled_after_s"] > setup.deadline_s for o in outcomes),
         "head_burst": raw["proxy"]["head_burst"],
         "slowest_s": max((o["settled_after_s"] for o in outcomes), default=0.0),
         "wrong": sum(o["leading_hits"] > o["stored"] for o in outcomes),
@@ -297,23 +324,60 @@ def _spread(values: Sequence[float], fmt: str) -> str:
     return f"{fmt.format(med)} [{fmt.format(lo)}\u2013{fmt.format(hi)}]"
 
 
+#: ``(figure, key in seed_figures, the issue's target, format, met)`` of each target.
+TARGETS: list[tuple[str, str, str, str, Any]] = [
+    ("stored prefixes found", "found", "\u2265 95 %", "{:.1%}", lambda v: v >= TARGET_FOUND),
+    ("HEADs per request / ideal", "head_ratio", "\u2264 1.5\u00d7", "{:.2f}\u00d7",
+     lambda v: v <= TARGET_HEAD_RATIO),
+    ("absent blocks answered True", "wrong", "0", "{:.0f}", lambda v: v == 0),
+    ("requests decided by their deadline", "decided", "100 %", "{:.1%}", lambda v: v == 1.0),
+    (f"requests settled late (> deadline + {LATE_SLACK_S:g} s)", "late", "0", "{:.0f}", lambda v: v == 0),
+    ("engines not exiting 0", "bad_exits", "0", "{:.0f}", lambda v: v == 0),
+    (f"stderr lines, the noisiest engine (quiet: \u2264 {STDERR_QUIET})", "loudest", "quiet", "{:.0f}",
+     lambda v: v <= STDERR_QUIET),
+]  # fmt: skip
+#: Figures the mode comparison adds below the targets: ``(figure, key, format)``, no target of their own.
+COMPARED: list[tuple[str, str, str]] = [
+    ("requests decided after their deadline", "decided_after_deadline", "{:.0f}"),
+    ("HEADs per request (at the proxy)", "heads_per_request", "{:.1f}"),
+    ("ideal HEADs per request (exact: hits + first miss)", "ideal_per_request", "{:.1f}"),
+    ("keys probed per request (the backends' counters)", "probes_per_request", "{:.1f}"),
+    ("keys answered stored by inference per request", "inferred_per_request", "{:.1f}"),
+    ("HEADs throttled", "throttled", "{:.1%}"),
+]
+
+
 def targets(figures: Sequence[dict[str, Any]]) -> list[tuple[str, str, str, bool]]:
     """``(figure, the issue's target, median [min-max] over the seeds, every seed met it)`` for each target."""
     rows = []
-    for name, key, target, fmt, met in (
-        ("stored prefixes found", "found", "\u2265 95 %", "{:.1%}", lambda v: v >= TARGET_FOUND),
-        ("HEADs per request / ideal", "head_ratio", "\u2264 1.5\u00d7", "{:.2f}\u00d7",
-         lambda v: v <= TARGET_HEAD_RATIO),
-        ("absent blocks answered True", "wrong", "0", "{:.0f}", lambda v: v == 0),
-        ("requests decided by their deadline", "decided", "100 %", "{:.1%}", lambda v: v == 1.0),
-        (f"requests settled late (> deadline + {LATE_SLACK_S:g} s)", "late", "0", "{:.0f}", lambda v: v == 0),
-        ("engines not exiting 0", "bad_exits", "0", "{:.0f}", lambda v: v == 0),
-        (f"stderr lines, the noisiest engine (quiet: \u2264 {STDERR_QUIET})", "loudest", "quiet", "{:.0f}",
-         lambda v: v <= STDERR_QUIET),
-    ):  # fmt: skip
+    for name, key, target, fmt, met in TARGETS:
         values = [float(f[key]) for f in figures]
         rows.append((name, target, _spread(values, fmt).replace("%", " %"), all(met(v) for v in values)))
     return rows
+
+
+def comparison(by_mode: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
+    """The chain modes side by side: each target (median [min-max], met by every seed) and the figures compared.
+
+    Raises:
+        ValueError: a mode has no figures.
+    """
+    for mode, figures in by_mode.items():
+        if not figures:
+            raise ValueError(f"chain mode {mode!r} has no figures to compare")
+    columns = ["figure", "target"]
+    for mode in by_mode:
+        columns += [f"{mode}: median [min\u2013max]", f"{mode}: met by every seed"]
+    met_by = {mode: targets(figures) for mode, figures in by_mode.items()}
+    rows = []
+    for i, (name, _, target, _, _) in enumerate(TARGETS):
+        rows.append(
+            [name, target, *(cell for m in by_mode for cell in (met_by[m][i][2], "yes" if met_by[m][i][3] else "no"))]
+        )
+    for name, key, fmt in COMPARED:
+        spreads = [_spread([float(f[key]) for f in figures], fmt).replace("%", " %") for figures in by_mode.values()]
+        rows.append([name, "\u2013", *(cell for shown in spreads for cell in (shown, ""))])
+    return {"columns": columns, "rows": rows}
 
 
 SEED_COLUMNS = [
@@ -351,19 +415,50 @@ def tables(figures: Sequence[dict[str, Any]], control: dict[str, Any] | None = N
     return out
 
 
+def table_id(table: str, chain_mode: str) -> str:
+    """A table's id in the data: exact mode's keep their names (``targets``...), another mode's are suffixed."""
+    return table if chain_mode == EXACT else f"{table}_{chain_mode}"
+
+
+def mode_tables(
+    by_mode: Mapping[str, Sequence[dict[str, Any]]], controls: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Every mode's :func:`tables` (ids by :func:`table_id`), and ``modes`` (:func:`comparison`) for two or more.
+
+    Raises:
+        ValueError: a mode has no figures.
+    """
+    out: dict[str, Any] = {"modes": comparison(by_mode)} if len(by_mode) > 1 else {}
+    for mode, figures in by_mode.items():
+        if not figures:
+            raise ValueError(f"chain mode {mode!r} has no figures")
+        control = (controls or {}).get(mode)
+        out |= {table_id(name, mode): table for name, table in tables(figures, control).items()}
+    return out
+
+
 def markdown(table: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"])]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in table["rows"]])
 
 
 def measure(
-    setup: Setup, seeds: Sequence[int], server: Any = None, bucket: str = BUCKET, *, control: bool = False
+    setup: Setup,
+    seeds: Sequence[int],
+    server: Any = None,
+    bucket: str = BUCKET,
+    *,
+    control: bool = False,
+    chain_modes: Sequence[str] = (EXACT,),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Fill the store, put the capped proxy in front, run every seed; (figures, raw outcomes) per seed.
+    """Fill the store, put the capped proxy in front, run every seed in every chain mode; (figures, raw outcomes).
 
-    ``control``: then run the first seed once more with no cap to speak of
-    (:data:`UNCAPPED` HEAD/s), last in both lists: what the same fleet finds
-    when the store never throttles.
+    Seed by seed, each of ``chain_modes`` in turn runs the same plans behind
+    the same cap (so a drift of the machine's load falls on every mode), one
+    entry per (seed, mode) in both lists, in that order; each figure names
+    its ``chain_mode``.  ``control``: then run the first seed once more in
+    each mode with no cap to speak of (:data:`UNCAPPED` HEAD/s), last in both
+    lists: what the same fleet finds when the store never throttles.
 
     ``server``: a started RGW (or any S3 server with ``credentials``, ``client``
     and ``create_bucket``) to use; None boots a :class:`~kvprobe.testing.rgw.RgwServer`
@@ -372,28 +467,33 @@ def measure(
     Raises:
         S3ServerError: Ceph RGW is missing or did not start (nothing is left running).
         RuntimeError: an engine did not get ready.
+        ValueError: ``chain_modes`` is empty or names a mode other than ``"exact"`` and ``"inferred"``.
     """
     from kvprobe.testing.faultproxy import FaultProxy
     from kvprobe.testing.rgw import RgwServer
 
+    bad = [mode for mode in chain_modes if mode not in CHAIN_MODES]
+    if bad or not chain_modes:
+        raise ValueError(f"chain_modes must be some of {CHAIN_MODES}, got {list(chain_modes)!r}")
     if server is None:
         with RgwServer() as own:
-            return measure(setup, seeds, own, bucket, control=control)
+            return measure(setup, seeds, own, bucket, control=control, chain_modes=chain_modes)
     stored = stored_prefixes(setup.pool)
     figures, raws = [], []
     if bucket not in getattr(server, "buckets", ()):
         server.create_bucket(bucket)
     blocks = fill_store(server, bucket, stored)
     print(f"{blocks:,} blocks of {setup.pool} prompts stored", file=sys.stderr, flush=True)
-    runs = [(seed, setup) for seed in seeds]
-    runs += [(seeds[0], dataclasses.replace(setup, head_rate=UNCAPPED, head_burst=None))] if control else []
+    runs = [(seed, mode, setup) for seed in seeds for mode in chain_modes]
+    uncapped = dataclasses.replace(setup, head_rate=UNCAPPED, head_burst=None)
+    runs += [(seeds[0], mode, uncapped) for mode in chain_modes] if control else []
     with FaultProxy(server.endpoint_url, **setup.cap()) as proxy:
-        for seed, shape in runs:
+        for seed, mode, shape in runs:
             started = time.monotonic()
-            raw = run_seed(shape, seed, server, proxy, stored, bucket)
+            raw = run_seed(shape, seed, server, proxy, stored, bucket, mode)
             raws.append(raw)
             figures.append(seed_figures(raw, shape))
-            print(f"seed {seed}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+            print(f"seed {seed}, {mode}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     return figures, raws
 
 
@@ -407,10 +507,10 @@ def _update_doc(data: dict[str, Any]) -> list[str]:
             missing.append(table)
             continue
         at = end = lines.index(marker) + 1
-        if end < len(lines) and lines[end].startswith("*"):  # the provenance line
+        if end < len(lines) and lines[end].startswith("*"):  # the provenance line, then its blank line
             end += 1
-        if end < len(lines) and not lines[end]:
-            end += 1
+            if end < len(lines) and not lines[end]:
+                end += 1
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
         lines[at:end] = render(data, table)
@@ -429,6 +529,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--head-burst", type=float, default=None, help="the cap's depth (HEADs; default 0.1 s)")
     parser.add_argument("--pool", type=int, default=defaults.pool, help="prompts stored")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument(
+        "--chain-modes", nargs="+", choices=CHAIN_MODES, default=list(CHAIN_MODES),
+        help="lookup_chain's modes, each run on every seed (default: both)",
+    )  # fmt: skip
     parser.add_argument(
         "--no-control", dest="control", action="store_false", help="skip the control run (the first seed uncapped)"
     )
@@ -449,8 +553,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.disable(logging.INFO)
     started = datetime.datetime.now(datetime.timezone.utc)
     load_start, clock = load_average(), time.monotonic()
-    figures, raws = measure(setup, args.seeds, control=args.control)
-    control = figures.pop() if args.control else None
+    modes = list(dict.fromkeys(args.chain_modes))
+    figures, raws = measure(setup, args.seeds, control=args.control, chain_modes=modes)
+    controls = {f["chain_mode"]: f for f in figures[len(figures) - len(modes) :]} if args.control else {}
+    figures = figures[: len(figures) - len(controls)]
+    by_mode = {mode: [f for f in figures if f["chain_mode"] == mode] for mode in modes}
     wall, load = time.monotonic() - clock, load_average()
     cmd = " ".join(["python -m bench.fleet_rgw", *(argv if argv is not None else sys.argv[1:])])
     cmd = cmd.replace(" --update-docs", "")
@@ -463,13 +570,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": f"{started:%Y-%m-%d %H:%M} UTC",
         "machine": where,
         "command": cmd,
-        "note": f"seeds {', '.join(map(str, args.seeds))}, {wall:.0f} s",
+        "note": f"seeds {', '.join(map(str, args.seeds))}, chain modes {', '.join(modes)}, {wall:.0f} s",
         "source": "written by python -m bench.fleet_rgw --update-docs",
         "setup": setup.__dict__,
-        "tables": tables(figures, control),
+        "chain_modes": modes,
+        "tables": mode_tables(by_mode, controls),
     }
+    results = {"figures": by_mode.get(EXACT, []), "control": controls.get(EXACT)}  # exact mode's, as before modes
+    results |= {"figures_by_mode": by_mode, "control_by_mode": controls, "raw": raws}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({**data, "figures": figures, "control": control, "raw": raws}) + "\n")
+    args.json.write_text(json.dumps({**data, **results}) + "\n")
     print(
         f"{setup.engines} engines x {setup.rate:g} requests/s for {setup.duration_s:g} s, chains of {CHAIN} blocks, "
         f"deadline {setup.deadline_s:g} s; store capped at {setup.head_rate:g} HEAD/s "

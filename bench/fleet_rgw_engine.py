@@ -5,8 +5,10 @@ Run as ``python -m bench.fleet_rgw_engine PLAN.json`` by :mod:`bench.fleet_rgw`
 :class:`~kvprobe.backends.nixl_obj.NixlObjBackend` on the plan's endpoint
 (the rate-capping proxy) with the library's defaults (pacing on) and an
 :class:`~kvprobe.statemachine.AsyncLookupManager` over it with its default
-``chain_window`` and ``lookup_timeout_s`` a second above the backend's
-deadline (as ``nixl_obj``'s docstring advises); prints ``ready``; waits for
+``chain_window``, the plan's ``chain_mode`` (``"exact"``, the library's
+default, when the plan names none; ``"inferred"`` is valid here because the
+store is filled prefix-closed) and ``lookup_timeout_s`` a second above the
+backend's deadline (as ``nixl_obj``'s docstring advises); prints ``ready``; waits for
 a line on stdin (every engine starts together); then steps every
 ``step_s``: admits the requests whose arrival time has come, calls
 ``lookup_chain`` on each live one, settles a request once its answer is
@@ -37,7 +39,11 @@ def prompt_keys(prompt: int) -> list[bytes]:
 
 
 def run(plan: dict[str, Any]) -> dict[str, Any]:
-    """Serve ``plan["requests"]`` (``[arrival_s, prompt, stored]`` each) and return what happened."""
+    """Serve ``plan["requests"]`` (``[arrival_s, prompt, stored]`` each) and return what happened.
+
+    Raises:
+        InvalidValueError: the plan's ``chain_mode`` is neither ``"exact"`` nor ``"inferred"``.
+    """
     from kvprobe.backends.nixl_obj import NixlObjBackend
     from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
@@ -47,7 +53,12 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         access_key=plan["access_key"],
         secret_key=plan["secret_key"],
     )
-    m = AsyncLookupManager(backend, name=f"engine-{plan['engine']}", lookup_timeout_s=backend.deadline_s + 1.0)
+    m = AsyncLookupManager(
+        backend,
+        name=f"engine-{plan['engine']}",
+        lookup_timeout_s=backend.deadline_s + 1.0,
+        chain_mode=plan.get("chain_mode", "exact"),
+    )
     print("ready", flush=True)
     sys.stdin.readline()
     deadline_s, step_s = float(plan["deadline_s"]), float(plan["step_s"])
@@ -76,6 +87,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
                         "prompt": prompt,
                         "stored": stored,
                         "leading_hits": answer.leading_hits,
+                        "inferred": answer.inferred,
                         "decided": answer.decided,
                         "settled_after_s": round(now - arrival, 4),
                         "progress": progress.pop(req_id),

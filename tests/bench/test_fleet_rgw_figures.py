@@ -6,15 +6,29 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_rgw import Setup, engine_plans, rounds, seed_figures, stored_prefixes, tables, targets
+from bench.fleet_rgw import (
+    Setup,
+    comparison,
+    engine_plans,
+    measure,
+    mode_tables,
+    rounds,
+    seed_figures,
+    stored_prefixes,
+    tables,
+    targets,
+)
 
 
-def _outcome(stored: int, hits: int, decided: bool = True, after: float = 1.0) -> dict[str, Any]:
-    return {"stored": stored, "leading_hits": hits, "decided": decided, "settled_after_s": after, "progress": []}
+def _outcome(stored: int, hits: int, decided: bool = True, after: float = 1.0, inferred: int = 0) -> dict[str, Any]:
+    return {"stored": stored, "leading_hits": hits, "decided": decided, "settled_after_s": after, "progress": []} | {
+        "inferred": inferred
+    }
 
 
 def _raw(outcomes: list[dict[str, Any]], heads: int, throttled: int, exits: tuple[int, ...] = (0,)) -> dict[str, Any]:
-    result = {"outcomes": outcomes, "stats": {"shed": 2}, "pacing": {"rate": None, "decreases": 1, "undone": 0}}
+    stats = {"shed": 2, "keys": 7 * len(outcomes)}
+    result = {"outcomes": outcomes, "stats": stats, "pacing": {"rate": None, "decreases": 1, "undone": 0}}
     result["pace"] = [[0.0, None], [1.0, 80.0], [2.0, 35.5]]
     engines = [{"exit": x, "stderr_lines": 11 * i, "result": result if i == 0 else None} for i, x in enumerate(exits)]
     proxy = {"heads": heads, "done": {"rate_limited": throttled}, "head_burst": 40.0}
@@ -28,15 +42,19 @@ def test_found_wrong_late_and_the_head_ratio_count_what_they_say() -> None:
         _outcome(20, 16, decided=False, after=5.0),  # undecided at its deadline: not found
         _outcome(5, 3),  # decided short (a stored block answered MISS): not found, not wrong
         _outcome(0, 2, after=6.5),  # an absent block answered True, and settled late
+        _outcome(30, 30, after=5.5, inferred=25),  # found, 25 keys inferred, decided after its deadline (not late)
     ]
-    f = seed_figures(_raw(outcomes, heads=200, throttled=50, exits=(0, -6)), Setup())
-    ideal = 11 + 64 + 21 + 6 + 1
-    assert f["found"] == pytest.approx(2 / 5) and f["decided"] == pytest.approx(4 / 5)
+    f = seed_figures(_raw(outcomes, heads=270, throttled=54, exits=(0, -6)), Setup())
+    ideal = 11 + 64 + 21 + 6 + 1 + 31
+    assert f["found"] == pytest.approx(3 / 6) and f["decided"] == pytest.approx(5 / 6)
     assert f["wrong"] == 1 and f["late"] == 1 and f["slowest_s"] == 6.5
-    assert f["head_ratio"] == pytest.approx(200 / ideal) and f["ideal_per_request"] == pytest.approx(ideal / 5)
-    assert f["throttled"] == pytest.approx(0.25) and f["answered_per_request"] == pytest.approx(150 / 5)
+    assert f["decided_after_deadline"] == 2  # settled 6.5 and 5.5 s after arriving, both decided
+    assert f["head_ratio"] == pytest.approx(270 / ideal) and f["ideal_per_request"] == pytest.approx(ideal / 6)
+    assert f["throttled"] == pytest.approx(0.2) and f["answered_per_request"] == pytest.approx(216 / 6)
+    assert f["probes_per_request"] == 7 and f["inferred_per_request"] == pytest.approx(25 / 6)
+    assert f["chain_mode"] == "exact"  # a raw outcome from before the modes
     assert f["bad_exits"] == 1 and f["loudest"] == 11 and f["shed"] == 2 and f["lowest_pace"] == 35.5
-    assert f["undecided_by_rounds"] == {"1": [0, 3], "2": [1, 1], "3": [0, 1]}
+    assert f["undecided_by_rounds"] == {"1": [0, 3], "2": [1, 2], "3": [0, 1]}
     met = {name: ok for name, _, _, ok in targets([f])}
     assert not any(met.values())  # every target is missed by this seed, each for its own reason
     assert set(tables([f], f)) == {"targets", "seeds", "control"}
@@ -62,3 +80,37 @@ def test_windows_and_plans() -> None:
         Setup(engines=0)
     with pytest.raises(ValueError, match="head_rate"):
         Setup(head_rate=0.0)
+
+
+def test_the_modes_are_shown_apart_and_side_by_side() -> None:
+    missed = seed_figures(_raw([_outcome(10, 4, decided=False)], heads=100, throttled=40), Setup())
+    met = seed_figures(
+        {**_raw([_outcome(10, 10, inferred=6)], heads=5, throttled=0), "chain_mode": "inferred"}, Setup()
+    )
+    assert met["chain_mode"] == "inferred" and met["inferred_per_request"] == 6
+    side = comparison({"exact": [missed], "inferred": [met]})
+    assert side["columns"][2:] == [
+        "exact: median [min\u2013max]", "exact: met by every seed",
+        "inferred: median [min\u2013max]", "inferred: met by every seed",
+    ]  # fmt: skip
+    rows = {row[0]: row for row in side["rows"]}
+    assert rows["stored prefixes found"][2:] == [
+        "0.0 % [0.0 %\u20130.0 %]",
+        "no",
+        "100.0 % [100.0 %\u2013100.0 %]",
+        "yes",
+    ]
+    assert rows["HEADs per request (at the proxy)"][2:] == ["100.0 [100.0\u2013100.0]", "", "5.0 [5.0\u20135.0]", ""]
+    assert rows["HEADs throttled"][2] == "40.0 % [40.0 %\u201340.0 %]"
+    assert len(side["rows"]) == len(targets([met])) + 6
+    # Exact mode's tables keep their ids (docs quote them); another mode's are suffixed; one mode has no comparison.
+    both = mode_tables({"exact": [missed], "inferred": [met]}, {"inferred": met})
+    assert set(both) == {"modes", "targets", "seeds", "targets_inferred", "seeds_inferred", "control_inferred"}
+    assert both["targets"] == tables([missed])["targets"]
+    assert set(mode_tables({"inferred": [met]})) == {"targets_inferred", "seeds_inferred"}
+    with pytest.raises(ValueError, match="'inferred' has no figures"):
+        comparison({"exact": [missed], "inferred": []})
+    with pytest.raises(ValueError, match="chain_modes must be some of"):
+        measure(Setup(), [1], chain_modes=["fast"])  # refused before any store is started
+    with pytest.raises(ValueError, match="chain_modes must be some of"):
+        measure(Setup(), [1], chain_modes=[])
