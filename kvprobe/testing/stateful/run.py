@@ -22,7 +22,7 @@ import hypothesis
 from hypothesis import Phase, settings
 from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import get_state_machine_test
+from hypothesis.stateful import RuleBasedStateMachine, RuleStrategy, get_state_machine_test
 
 from kvprobe.statemachine import AsyncLookupManager
 from kvprobe.testing.search import search_settings
@@ -126,6 +126,11 @@ class _Runs:
             yield
         finally:
             setattr(ConjectureRunner, "shrink_interesting_test_cases", original)  # noqa: B010
+            # The machine class keeps this factory (as its options' factory), and
+            # Hypothesis keeps every machine class for the life of the process
+            # (RuleBasedStateMachine._setup_state_per_class): a kept engine would
+            # keep every run's choices, and the failures with their tracebacks.
+            self.shrinking = None
 
     def note(self) -> str:
         """A line for the report when a bound ended the shrinking (else empty)."""
@@ -147,6 +152,32 @@ def _scratch_storage() -> Iterator[None]:
             yield
         finally:
             set_hypothesis_home_dir(previous)
+
+
+@contextmanager
+def _forgotten_after(machine: type[RuleBasedStateMachine]) -> Iterator[None]:
+    """After the block, Hypothesis's caches keyed by ``machine`` no longer hold it.
+
+    Hypothesis keeps, for the life of the process, a table of every state
+    machine class it has run (``RuleBasedStateMachine._setup_state_per_class``)
+    and, in an LRU cache, the rules strategy of the last 128
+    (``RuleStrategy._setup_for``).  Each conformance run makes a class of its
+    own, holding the run's factory and options: without this, every run
+    (every ``kvprobe conform`` of a test suite) would leave its class, rules
+    and strategies behind.  The LRU cache cannot drop one key, so it is
+    cleared (it is only a cache: other machines rebuild their entry on their
+    next run).  Both are private: if a Hypothesis version renames them,
+    nothing is dropped and the runs are unchanged.
+    """
+    try:
+        yield
+    finally:
+        per_class = getattr(RuleBasedStateMachine, "_setup_state_per_class", None)
+        if isinstance(per_class, dict):
+            per_class.pop(machine, None)
+        cache_clear = getattr(getattr(RuleStrategy, "_setup_for", None), "cache_clear", None)
+        if callable(cache_clear):
+            cache_clear()
 
 
 def _settings(examples: int, steps: int, derandomize: bool, shrink: bool) -> settings:
@@ -223,7 +254,12 @@ def run_conformance(
     lines: list[str] = []
     start = time.monotonic()
     try:
-        with with_reporter(lambda text: lines.append(str(text))), runs.watching_the_shrinking(), _scratch_storage():
+        with (
+            _forgotten_after(machine),
+            with_reporter(lambda text: lines.append(str(text))),
+            runs.watching_the_shrinking(),
+            _scratch_storage(),
+        ):
             test()
     except Exception as exc:
         report = failure_report(exc, lines, KEYS, getattr(machine, "last_effects", None))
