@@ -16,22 +16,14 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 from test_chain_mutants import ProbeAfterMiss, WindowSkipsAhead
-from test_chain_windows import CountingTier, chain, manager, walk_until_decided
+from test_chain_windows import CTX, CountingTier, chain, manager, walk_until_decided
 
 from kvprobe.integrations.vllm import AsyncLookupManager as DropIn
 from kvprobe.spec.model_chain import refusal, window_start
-from kvprobe.statemachine import (
-    AsyncLookupManager,
-    ChainAnswer,
-    InvalidInputError,
-    InvalidValueError,
-    LookupCore,
-    ManualWorker,
-    ReqContext,
-)
+from kvprobe.statemachine import AsyncLookupManager, ChainAnswer, LookupCore, ManualWorker
+from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH, MAX_CHAIN_WINDOW_GROWTH, window_end
 
-CTX = ReqContext("r1")
 GROWTHS = st.one_of(
     st.sampled_from([1.25, 1.5, 2.0, 3.0]),
     st.floats(min_value=1.001, max_value=MAX_CHAIN_WINDOW_GROWTH, allow_nan=False),
