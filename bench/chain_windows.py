@@ -1,6 +1,8 @@
 """The windows part of :mod:`bench.chains` (``--part windows``): the trade of each window schedule.
 
-One request at a time on its own manager (nothing shared): the steps a
+A schedule is a first window and a growth (``chain_window`` and
+``chain_window_growth``: window ``k`` holds ``ceil(first * growth**k)``
+keys).  One request at a time on its own manager (nothing shared): the steps a
 request waits until its answer is decided, against the backend keys (HEADs
 on an object store) it costs, for chains of 32, 256 and 3,600 blocks.  Each
 step is one walk, a flush, and the worker answering before the next step
@@ -29,8 +31,22 @@ from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext
 __all__ = ["CHAIN_LENGTHS", "MIXES", "SCHEDULES", "WindowTrade", "stored_prefixes", "window_trade", "windows_report"]
 
 
-#: The schedules the windows part compares: ``"all"``, or a first window (windows then double).
-SCHEDULES: tuple[int | str, ...] = ("all", 1, 4, 16, 64)
+#: The schedules the windows part compares, ``(first window, growth)``:
+#: ``"all"``, the default growth 2 with four first windows, and the
+#: growths 1.5 and 1.25 (fewer keys past the stored prefix, more windows).
+SCHEDULES: tuple[tuple[int | str, float], ...] = (
+    ("all", 2.0),
+    (1, 2.0),
+    (4, 2.0),
+    (16, 2.0),
+    (64, 2.0),
+    (4, 1.5),
+    (16, 1.5),
+    (32, 1.5),
+    (4, 1.25),
+    (16, 1.25),
+    (32, 1.25),
+)
 #: The chain lengths it compares (blocks per prompt).
 CHAIN_LENGTHS = (32, 256, 3600)
 
@@ -62,13 +78,18 @@ class WindowTrade:
     wrong: int = 0
 
 
-def window_trade(n: int, schedule: int | str, prefixes: Sequence[int]) -> WindowTrade:
+def window_trade(n: int, schedule: int | str, prefixes: Sequence[int], growth: float = 2.0) -> WindowTrade:
     """Walk one request per stored prefix until decided; count its steps and the keys the backend checked."""
     out = WindowTrade()
     keys = [i.to_bytes(4, "little") * 5 for i in range(n)]
     for p in prefixes:
         tier = SetTier(set(keys[:p]))
-        m = AsyncLookupManager(tier, worker="manual", chain_window=schedule)  # type: ignore[arg-type]
+        m = AsyncLookupManager(
+            tier,
+            worker="manual",
+            chain_window=schedule,  # type: ignore[arg-type]
+            chain_window_growth=growth,
+        )
         worker = m.worker
         assert isinstance(worker, ManualWorker)
         ctx = ReqContext("r")
@@ -91,16 +112,20 @@ def window_trade(n: int, schedule: int | str, prefixes: Sequence[int]) -> Window
 def windows_report(samples: int) -> str:
     """The trade table: per chain length, schedule and mix, steps to decide and HEADs per request."""
     head = " | ".join(f"{mix}: steps mean / max | {mix}: HEADs mean (x ideal)" for mix in MIXES)
-    lines = [f"| blocks | first window | {head} | wrong answers |", "|---|---|" + "---|---|" * len(MIXES) + "---|"]
+    lines = [
+        f"| blocks | first window | growth | {head} | wrong answers |",
+        "|---|---|---|" + "---|---|" * len(MIXES) + "---|",
+    ]
     for n in CHAIN_LENGTHS:
         prefixes = {mix: stored_prefixes(n, samples, mix) for mix in MIXES}
-        for schedule in SCHEDULES:
+        for schedule, growth in SCHEDULES:
             cells = []
             wrong = 0
             for mix in MIXES:
-                t = window_trade(n, schedule, prefixes[mix])
+                t = window_trade(n, schedule, prefixes[mix], growth)
                 wrong += t.wrong
                 cells.append(f"{statistics.mean(t.steps):.2f} / {max(t.steps)}")
                 cells.append(f"{statistics.mean(t.heads):,.0f} ({sum(t.heads) / sum(t.ideal):.2f})")
-            lines.append(f"| {n:,} | {schedule} | {' | '.join(cells)} | {wrong} |")
+            shown = "-" if schedule == "all" else f"{growth:g}"
+            lines.append(f"| {n:,} | {schedule} | {shown} | {' | '.join(cells)} | {wrong} |")
     return "\n".join(lines)

@@ -63,7 +63,15 @@ from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import DATA_DIR, dumps, render
 from bench.fleet_rgw_engine import CHAIN, prompt_keys
 from kvprobe.statemachine.inferred import CHAIN_MODES, EXACT
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, window_end
+from kvprobe.statemachine.types import KvprobeError
+from kvprobe.statemachine.windows import (
+    ALL,
+    DEFAULT_CHAIN_WINDOW,
+    DEFAULT_CHAIN_WINDOW_GROWTH,
+    chain_window_size,
+    window_end,
+    window_growth,
+)
 
 __all__ = [
     "Setup", "comparison", "engine_plans", "main", "measure", "mode_tables", "run_seed", "seed_figures", "targets",
@@ -99,6 +107,8 @@ class Setup:
     head_burst: float | None = None  # the cap's depth (HEADs); None: a tenth of a second of head_rate
     pool: int = 160  # prompts stored
     engine_timeout_s: float = 90.0  # an engine slower than duration + deadline + this is killed
+    chain_window: int = DEFAULT_CHAIN_WINDOW  # the engines' first window (exact mode)
+    chain_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH  # how their windows grow (chain_window_growth)
 
     def cap(self) -> dict[str, float]:
         """The proxy's cap settings."""
@@ -115,6 +125,13 @@ class Setup:
                 raise ValueError(f"{name} must be in (0, 3600], got {value!r}")
         if self.duration_s > 120:
             raise ValueError(f"duration_s is bounded at 120 s, got {self.duration_s!r}")
+        try:
+            chain_window_size(self.chain_window)
+            window_growth(self.chain_growth)
+        except KvprobeError as exc:
+            raise ValueError(f"the engines' manager would refuse it: {exc}") from exc
+        if self.chain_window == ALL:
+            raise ValueError("chain_window must be a first window of keys ('all' is not measured here)")
 
 
 def stored_prefixes(pool: int) -> list[int]:
@@ -123,11 +140,14 @@ def stored_prefixes(pool: int) -> list[int]:
     return [rng.randint(0, CHAIN) for _ in range(pool)]
 
 
-def rounds(stored: int) -> int:
-    """How many windows ``lookup_chain`` probes, one after another, to decide a chain with ``stored`` leading hits."""
-    end, n = DEFAULT_CHAIN_WINDOW, 1
+def rounds(stored: int, first: int = DEFAULT_CHAIN_WINDOW, growth: float = DEFAULT_CHAIN_WINDOW_GROWTH) -> int:
+    """How many windows ``lookup_chain`` probes, one after another, to decide a chain with ``stored`` leading hits.
+
+    ``first`` and ``growth``: the schedule (``chain_window``, ``chain_window_growth``).
+    """
+    end, n = first, 1
     while end <= stored and end < CHAIN:
-        end, n = window_end(DEFAULT_CHAIN_WINDOW, end), n + 1
+        end, n = window_end(first, end, growth), n + 1
     return n
 
 
@@ -227,7 +247,7 @@ def run_seed(
     """
     creds = server.credentials()
     base = {"bucket": bucket, "endpoint_url": proxy.endpoint_url, "deadline_s": setup.deadline_s}
-    base |= {"chain_mode": chain_mode}
+    base |= {"chain_mode": chain_mode, "chain_window": setup.chain_window, "chain_window_growth": setup.chain_growth}
     base |= {"step_s": setup.step_s, "access_key": creds["access_key"], "secret_key": creds["secret_key"]}
     plans = engine_plans(setup, seed, stored)
     # Uncapped while the engines start: each backend checks its store once at construction, and
@@ -272,10 +292,11 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
     outcomes = [o for e in raw["engines"] if e["result"] for o in e["result"]["outcomes"]]
     n = max(1, len(outcomes))
     ideal = sum(o["stored"] + (o["stored"] < CHAIN) for o in outcomes)
-    windowed = sum(min(CHAIN, window_end(DEFAULT_CHAIN_WINDOW, o["stored"])) for o in outcomes)
+    first, growth = setup.chain_window, setup.chain_growth
+    windowed = sum(min(CHAIN, window_end(first, o["stored"], growth)) for o in outcomes)
     by_rounds: dict[int, list[int]] = {}
     for o in outcomes:
-        tally = by_rounds.setdefault(rounds(o["stored"]), [0, 0])
+        tally = by_rounds.setdefault(rounds(o["stored"], first, growth), [0, 0])
         tally[0] += not o["decided"]
         tally[1] += 1
     heads = raw["proxy"]["heads"]
@@ -534,6 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="lookup_chain's modes, each run on every seed (default: both)",
     )  # fmt: skip
     parser.add_argument(
+        "--chain-window", type=int, default=defaults.chain_window, help="the engines' chain_window (first window)"
+    )
+    parser.add_argument(
+        "--chain-growth", type=float, default=defaults.chain_growth, help="the engines' chain_window_growth"
+    )
+    parser.add_argument(
         "--no-control", dest="control", action="store_false", help="skip the control run (the first seed uncapped)"
     )
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "fleet_rgw.json")
@@ -548,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     setup = Setup(
         args.engines, args.rate, args.duration, args.deadline, head_rate=args.head_rate, head_burst=args.head_burst,
-        pool=args.pool,
+        pool=args.pool, chain_window=args.chain_window, chain_growth=args.chain_growth,
     )  # fmt: skip
     logging.disable(logging.INFO)
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -582,7 +609,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.json.write_text(json.dumps({**data, **results}) + "\n")
     print(
         f"{setup.engines} engines x {setup.rate:g} requests/s for {setup.duration_s:g} s, chains of {CHAIN} blocks, "
-        f"deadline {setup.deadline_s:g} s; store capped at {setup.head_rate:g} HEAD/s "
+        f"deadline {setup.deadline_s:g} s; windows: first {setup.chain_window}, growth {setup.chain_growth:g}; "
+        f"store capped at {setup.head_rate:g} HEAD/s "
         f"({figures[0]['head_burst']:g} deep); {wall:.0f} s; "
         f"raw outcomes in {args.json}\n"
     )

@@ -4,8 +4,9 @@ Run as ``python -m bench.fleet_rgw_engine PLAN.json`` by :mod:`bench.fleet_rgw`
 (loopback only; the parent stops it by its pid if it overruns).  It builds a
 :class:`~kvprobe.backends.nixl_obj.NixlObjBackend` on the plan's endpoint
 (the rate-capping proxy) with the library's defaults (pacing on) and an
-:class:`~kvprobe.statemachine.AsyncLookupManager` over it with its default
-``chain_window``, the plan's ``chain_mode`` (``"exact"``, the library's
+:class:`~kvprobe.statemachine.AsyncLookupManager` over it with the plan's
+``chain_window`` and ``chain_window_growth`` (the library's defaults when
+the plan names none), the plan's ``chain_mode`` (``"exact"``, the library's
 default, when the plan names none; ``"inferred"`` is valid here because the
 store is filled prefix-closed) and ``lookup_timeout_s`` a second above the
 backend's deadline (as ``nixl_obj``'s docstring advises); prints ``ready``; waits for
@@ -42,10 +43,12 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     """Serve ``plan["requests"]`` (``[arrival_s, prompt, stored]`` each) and return what happened.
 
     Raises:
-        InvalidValueError: the plan's ``chain_mode`` is neither ``"exact"`` nor ``"inferred"``.
+        InvalidValueError: the plan's ``chain_mode`` is neither ``"exact"`` nor ``"inferred"``, or its
+            ``chain_window`` or ``chain_window_growth`` is one the manager refuses.
     """
     from kvprobe.backends.nixl_obj import NixlObjBackend
     from kvprobe.statemachine import AsyncLookupManager, ReqContext
+    from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH
 
     backend = NixlObjBackend(
         bucket=plan["bucket"],
@@ -58,6 +61,8 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         name=f"engine-{plan['engine']}",
         lookup_timeout_s=backend.deadline_s + 1.0,
         chain_mode=plan.get("chain_mode", "exact"),
+        chain_window=plan.get("chain_window", DEFAULT_CHAIN_WINDOW),
+        chain_window_growth=plan.get("chain_window_growth", DEFAULT_CHAIN_WINDOW_GROWTH),
     )
     print("ready", flush=True)
     sys.stdin.readline()

@@ -11,9 +11,14 @@ up only if
 * every key before ``i``'s window was answered True (a window's keys are
   probed only once every key before the window is known stored).
 
-The windows of a first window ``first`` hold ``first``, ``2 first``,
-``4 first``, ... keys; ``first`` None is one window holding every key
-(``chain_window="all"``).  The walk ends at the first key the rule refuses.
+The windows of a first window ``first`` and a growth ``growth``
+(``chain_window_growth``) hold ``ceil(first * growth**k)`` keys, window
+``k = 0, 1, 2, ...`` (the ceiling of the floating-point product): for the
+default growth 2, ``first``, ``2 first``, ``4 first``, ...; ``first`` None
+is one window holding every key (``chain_window="all"``).  The walk ends at
+the first key the rule refuses.  The model takes any growth the manager
+accepts (above 1); its invariants do not depend on the schedule, only on
+where each looked-up key's window starts.
 
 History (read only by the invariants below): each Lookup a walk makes is
 recorded as a :class:`~kvprobe.spec.model_state.ChainAsk` with the verdicts
@@ -50,6 +55,7 @@ answered them stored).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -73,21 +79,25 @@ __all__ = [
 Answer = tuple[int, bool, bool, int]
 
 
-def window_start(first: int | None, index: int) -> int:
-    """Where the window holding position ``index`` starts (0 for every key when ``first`` is None)."""
+def window_start(first: int | None, index: int, growth: float = 2.0) -> int:
+    """Where the window holding position ``index`` starts (0 for every key when ``first`` is None).
+
+    Window ``k`` holds ``ceil(first * growth**k)`` keys.
+    """
     if first is None:
         return 0
-    start, size = 0, first
-    while start + size <= index:
-        start, size = start + size, 2 * size
+    start, k = 0, 0
+    while start + math.ceil(first * growth**k) <= index:
+        start += math.ceil(first * growth**k)
+        k += 1
     return start
 
 
-def refusal(before: Sequence[bool | None], first: int | None) -> str | None:
+def refusal(before: Sequence[bool | None], first: int | None, growth: float = 2.0) -> str | None:
     """Why a walk may not look up its next key, after earlier keys answered ``before``; None if it may."""
     if False in before:
         return f"key {before.index(False)} of the walk is known NOT stored"
-    start = window_start(first, len(before))
+    start = window_start(first, len(before), growth)
     unknown = [i for i, verdict in enumerate(before[:start]) if verdict is not True]
     if unknown:
         return f"key {unknown[0]} is not known stored, and it is before the window starting at key {start}"
@@ -95,7 +105,7 @@ def refusal(before: Sequence[bool | None], first: int | None) -> str | None:
 
 
 def chain_step(
-    s: State, req: str, key: Key, before: Sequence[bool | None], first: int | None
+    s: State, req: str, key: Key, before: Sequence[bool | None], first: int | None, growth: float = 2.0
 ) -> tuple[State, bool | None]:
     """One Lookup of a walk: ``key`` at position ``len(before)``, after earlier keys answered ``before``.
 
@@ -103,15 +113,17 @@ def chain_step(
         ModelError: the rule refuses the key (the model has no such step).
         ModelClosedError: after shutdown.
     """
-    why = refusal(before, first)
+    why = refusal(before, first, growth)
     if why is not None:
         raise ModelError(f"a chain walk of {req!r} may not look up position {len(before)}: {why}")
-    ask = ChainAsk(req, key, len(before), window_start(first, len(before)), tuple(before))
+    ask = ChainAsk(req, key, len(before), window_start(first, len(before), growth), tuple(before))
     s, verdict = lookup(s, key, req)
     return replace(s, chain_asks=(*s.chain_asks, ask)), verdict
 
 
-def lookup_chain(s: State, keys: Sequence[Key], req: str, first: int | None) -> tuple[State, Answer]:
+def lookup_chain(
+    s: State, keys: Sequence[Key], req: str, first: int | None, growth: float = 2.0
+) -> tuple[State, Answer]:
     """A walk of ``keys`` by ``req``: every key the rule allows, in order, up to the first it refuses.
 
     Returns the state and the answer ``(leading hits, stopped at a miss,
@@ -121,9 +133,9 @@ def lookup_chain(s: State, keys: Sequence[Key], req: str, first: int | None) -> 
     begin(s)  # an empty walk looks nothing up, but is refused after shutdown like any action
     verdicts: list[bool | None] = []
     for key in keys:
-        if refusal(verdicts, first) is not None:
+        if refusal(verdicts, first, growth) is not None:
             break
-        s, verdict = chain_step(s, req, key, verdicts, first)
+        s, verdict = chain_step(s, req, key, verdicts, first, growth)
         verdicts.append(verdict)
     leading = 0
     while leading < len(verdicts) and verdicts[leading] is True:

@@ -84,14 +84,15 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
         if searches(core, asked):
             return walk_inferred(core, asked, req_context)
     first_window = core.chain_window
+    growth = core.chain_window_growth
     start = 0
     first_unknown = stopped_at = -1
     registered = core.requests.get(req_id)
     if registered is not None:
-        start, first_unknown, stopped_at = _walk_held(registered.states, asked, first_window)
+        start, first_unknown, stopped_at = _walk_held(registered.states, asked, first_window, growth)
     limit = len(asked)
     if first_unknown >= 0 and first_window != ALL:
-        limit = min(limit, window_end(first_window, first_unknown))
+        limit = min(limit, window_end(first_window, first_unknown, growth))
     if stopped_at < 0 and start < limit:
         try:
             first_unknown, stopped_at, limit = _walk_table(
@@ -113,7 +114,9 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
     return ChainAnswer(limit if first_unknown < 0 else first_unknown, False, first_unknown >= 0, limit)
 
 
-def _walk_held(held_states: list[ProbeState], asked: list[Any], first_window: int) -> tuple[int, int, int]:
+def _walk_held(
+    held_states: list[ProbeState], asked: list[Any], first_window: int, growth: float
+) -> tuple[int, int, int]:
     """Read the keys the request already holds, in order: ``(end, first_unknown, stopped_at)``.
 
     ``end`` is where the general walk takes over (the first key that is not
@@ -136,7 +139,7 @@ def _walk_held(held_states: list[ProbeState], asked: list[Any], first_window: in
             if first_unknown < 0:
                 first_unknown = end
                 if first_window != ALL:
-                    limit = window_end(first_window, end)
+                    limit = window_end(first_window, end, growth)
         elif not verdict:
             return end, first_unknown, end
     return shorter, first_unknown, -1
@@ -166,6 +169,7 @@ def _walk_table(
     joins = reuses = 0
     pending = PENDING
     first_window = core.chain_window
+    growth = core.chain_window_growth
     # Tables and lists are called through their methods, not bound methods
     # held in locals: Python 3.11 specialises ``list.append`` and
     # ``dict.get`` calls, and a compiled build calls them in C directly.
@@ -205,7 +209,7 @@ def _walk_table(
             if first_unknown < 0:
                 first_unknown = looked
                 if first_window != ALL:
-                    limit = min(limit, window_end(first_window, looked))
+                    limit = min(limit, window_end(first_window, looked, growth))
         elif not verdict:
             stopped_at = looked
             break

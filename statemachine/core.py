@@ -48,6 +48,7 @@ from kvprobe.statemachine.probe_table import mypyc_attr
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import CLEANUP_LAST, COMPILED, IN_FLIGHT, MARK_MISS_NEXT, PENDING, RECALLED
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, InvariantViolation, KvprobeError
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH
 
 __all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest", "as_applied"]
 
@@ -63,6 +64,13 @@ class LookupCore(WorkerHandoff):
     :class:`~kvprobe.statemachine.probe_table.ProbeTable`'s, Flush and Drain
     :class:`~kvprobe.statemachine.handoff.WorkerHandoff`'s.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: How ``lookup_chain``'s windows grow: window ``k`` holds
+        #: ``ceil(chain_window * growth**k)`` keys (:func:`windows.window_end`).
+        #: ``AsyncLookupManager(chain_window_growth=...)`` checks the value it sets.
+        self.chain_window_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH
 
     # --- Lookup ------------------------------------------------------------
 
@@ -166,7 +174,7 @@ class LookupCore(WorkerHandoff):
         ``lookup(keys[1], req_context)``, ... up to and including the first
         key whose verdict is False, and no further than the end of the
         window (:mod:`kvprobe.statemachine.windows`, first window
-        :attr:`chain_window`) of the first key whose verdict is unknown:
+        :attr:`chain_window`, growth :attr:`chain_window_growth`) of the first key whose verdict is unknown:
         a window's keys are submitted only once every key before the window
         is known stored.  Keys not looked up get no state, no probe, no
         backend work.  Published results are applied once, before the first

@@ -40,7 +40,13 @@ from kvprobe.statemachine.types import (
 )
 from kvprobe.statemachine.verdict_cache import VerdictCache, VerdictMemory
 from kvprobe.statemachine.weak_backend import BackendAnchor, WeakBackend
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, chain_window_size, window_name
+from kvprobe.statemachine.windows import (
+    DEFAULT_CHAIN_WINDOW,
+    DEFAULT_CHAIN_WINDOW_GROWTH,
+    chain_window_size,
+    window_growth,
+    window_name,
+)
 from kvprobe.statemachine.workers import (
     DEFAULT_CONCURRENT_GROUPS,
     DEFAULT_HOLD_S,
@@ -91,10 +97,16 @@ class AsyncLookupManager:
             :mod:`kvprobe.statemachine.trace`).
         shutdown_timeout_s: how long ``shutdown`` waits for the worker thread.
         chain_window: how many keys ``lookup_chain`` probes first (then
-            twice as many per window, each window only once every key before
-            it is known stored; see :mod:`kvprobe.statemachine.windows`), or
-            ``"all"``: every key up to the first known miss at once (fewest
-            steps to an answer, most backend checks).
+            ``chain_window_growth`` times as many per window, each window
+            only once every key before it is known stored; see
+            :mod:`kvprobe.statemachine.windows`), or ``"all"``: every key up
+            to the first known miss at once (fewest steps to an answer, most
+            backend checks).
+        chain_window_growth: how much each window of ``lookup_chain`` grows
+            on the one before (window ``k`` holds ``ceil(chain_window *
+            growth**k)`` keys): 2 (default) doubles; a smaller growth probes
+            fewer keys past the stored prefix in more windows (docs/chains.md).
+            Unused with ``chain_window="all"``.
         chain_mode: ``"exact"`` (the default): ``lookup_chain`` probes every
             key up to the first known miss; ``"inferred"``: for tiers written
             in chain order (a block is stored only if the blocks before it
@@ -118,12 +130,13 @@ class AsyncLookupManager:
     Raises:
         InvalidInputError: ``backend`` has no callable ``batch_lookup``,
             ``worker`` is not a worker, ``name`` is not a string, a number
-            argument is not a number, or ``verdict_cache`` is not a
-            ``VerdictCache``.  Nothing was started.
+            argument is not a number (``chain_window_growth`` a bool too),
+            or ``verdict_cache`` is not a ``VerdictCache``.  Nothing was started.
         InvalidValueError: a timeout is not positive or above
             ``threading.TIMEOUT_MAX``, ``busy_call_hold_s`` is negative, a
             count is below 1, ``worker`` is an unknown string, or
             ``chain_window`` is below 1 or a string other than ``"all"``,
+            ``chain_window_growth`` is not above 1, above 16, NaN or infinite,
             or ``chain_mode`` is a string other than ``"exact"`` or
             ``"inferred"`` (not a string: InvalidInputError).
             Nothing was started.
@@ -146,6 +159,7 @@ class AsyncLookupManager:
         trace: TraceSink | None = None,
         shutdown_timeout_s: float = 5.0,
         chain_window: int | Literal["all"] = DEFAULT_CHAIN_WINDOW,
+        chain_window_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH,
         chain_mode: Literal["exact", "inferred"] = "exact",
         verdict_cache: VerdictCache | None = None,
     ) -> None:
@@ -162,6 +176,7 @@ class AsyncLookupManager:
         check_count("max_concurrent_groups", max_concurrent_groups)
         check_hold("busy_call_hold_s", busy_call_hold_s)
         first_window = chain_window_size(chain_window)
+        growth = window_growth(chain_window_growth)
         walk_mode = chain_mode_name(chain_mode)
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
@@ -182,6 +197,7 @@ class AsyncLookupManager:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
         self._core.chain_window = first_window
+        self._core.chain_window_growth = growth
         self._core.chain_mode = walk_mode
         self._core.memory = memory
         if worker == "thread":
@@ -244,7 +260,7 @@ class AsyncLookupManager:
         including the first whose verdict is False, and no further than the
         end of the window of the first key whose verdict is unknown: the
         first call probes the first ``chain_window`` keys, and each later
-        window (twice the size of the one before) is probed only once every
+        window (``chain_window_growth`` times the one before) is probed only once every
         key before it is known stored.  Keys not looked up get no state, no
         probe, no backend work.  With ``chain_mode="inferred"`` the chain is
         searched instead (O(log n) keys looked up, one per step; the keys
@@ -270,6 +286,11 @@ class AsyncLookupManager:
     def chain_window(self) -> int | str:
         """The first window of ``lookup_chain`` (keys), or ``"all"``."""
         return window_name(self._core.chain_window)
+
+    @property
+    def chain_window_growth(self) -> float:
+        """How much each window of ``lookup_chain`` grows on the one before."""
+        return self._core.chain_window_growth
 
     @property
     def chain_mode(self) -> str:

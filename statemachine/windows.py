@@ -4,9 +4,11 @@ A request's keys are a chain: the engine can use a block only if every block
 before it is stored, so the answer it wants is the length of the stored
 prefix.  Probing every key of a 3,600-block prompt costs 3,600 backend
 checks even when only the first ten blocks are stored.  The walk therefore
-probes the chain in windows that grow: with a first window of ``f`` keys,
-the windows are ``[0, f)``, ``[f, 3f)``, ``[3f, 7f)``, ... (each twice the
-one before), and a key is looked up only when
+probes the chain in windows that grow: with a first window of ``f`` keys
+and a growth ``g`` (``chain_window_growth``, default 2), window ``k`` holds
+``ceil(f * g**k)`` keys: for ``g = 2`` the windows are ``[0, f)``,
+``[f, 3f)``, ``[3f, 7f)``, ... (each twice the one before).  A key is
+looked up only when
 
 * every key before its window is known stored (so the next window is
   submitted only once the previous ones all answered True), and
@@ -26,16 +28,27 @@ miss in its first call.
 Costs (docs/chains.md; ``python -m bench.chains --part windows``): a stored
 prefix of ``p`` keys is decided in one call more than there are windows up
 to the one holding key ``p`` (the first key not stored), instead of 2, and
-costs at most ``2p + f`` backend checks instead of the whole chain.
+costs at most ``2p + f`` backend checks instead of the whole chain (with
+growth ``g``: about ``g p + f``, in more windows: ``log_g(p / f)``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 
-__all__ = ["ALL", "DEFAULT_CHAIN_WINDOW", "chain_window_size", "window_end", "window_name"]
+__all__ = [
+    "ALL",
+    "DEFAULT_CHAIN_WINDOW",
+    "DEFAULT_CHAIN_WINDOW_GROWTH",
+    "MAX_CHAIN_WINDOW_GROWTH",
+    "chain_window_size",
+    "window_end",
+    "window_growth",
+    "window_name",
+]
 
 #: The first window size that means "one window: every key" (``chain_window="all"``).
 ALL: Final = 0
@@ -44,6 +57,16 @@ ALL: Final = 0
 #: with ``"all"`` (decided in two calls); longer ones grow 16, 32, 64, ...
 #: (docs/chains.md gives the figures behind the choice).
 DEFAULT_CHAIN_WINDOW: Final = 16
+
+#: The default growth: each window twice the one before (docs/chains.md
+#: weighs 1.5 and 1.25, which probe fewer keys past the stored prefix but
+#: take more windows, hence more calls, to decide).
+DEFAULT_CHAIN_WINDOW_GROWTH: Final = 2.0
+
+#: The largest growth accepted: past it the second window already holds
+#: most long chains (a growth of 16 with a first window of 16 probes 256
+#: keys next), so a larger value is a mistake rather than a schedule.
+MAX_CHAIN_WINDOW_GROWTH: Final = 16.0
 
 
 def chain_window_size(value: object) -> int:
@@ -65,18 +88,51 @@ def chain_window_size(value: object) -> int:
     return value
 
 
+def window_growth(value: object) -> float:
+    """The growth a ``chain_window_growth`` argument asks for, as a float.
+
+    Raises:
+        InvalidInputError: ``value`` is not an ``int`` or ``float`` (a
+            ``bool`` is refused too).
+        InvalidValueError: ``value`` is not above 1 or is above
+            :data:`MAX_CHAIN_WINDOW_GROWTH` (NaN and infinities included).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"chain_window_growth must be a float above 1, got {type(value).__name__}")
+    growth = float(value)
+    # Written so that NaN fails it: every comparison with NaN is False.
+    if not 1.0 < growth <= MAX_CHAIN_WINDOW_GROWTH:
+        raise InvalidValueError(
+            f"chain_window_growth must be above 1 and at most {MAX_CHAIN_WINDOW_GROWTH:g}, got {value!r}"
+        )
+    return growth
+
+
 def window_name(first: int) -> int | str:
     """What a first window size was asked as: ``"all"`` for :data:`ALL`, else the size."""
     return "all" if first == ALL else first
 
 
-def window_end(first: int, index: int) -> int:
+def window_end(first: int, index: int, growth: float = DEFAULT_CHAIN_WINDOW_GROWTH) -> int:
     """The end (exclusive) of the window holding the key at ``index`` (0-based).
 
-    ``first`` is the first window's size (at least 1): windows end at
-    ``f, 3f, 7f, ...``.  Not for :data:`ALL` (whose one window has no end).
+    ``first`` is the first window's size (at least 1), ``growth`` a value
+    :func:`window_growth` accepted: window ``k`` holds
+    ``ceil(first * growth**k)`` keys (computed in floating point), so for
+    the default growth 2 windows end at ``f, 3f, 7f, ...``.  Not for
+    :data:`ALL` (whose one window has no end).
     """
     end = first
+    if growth == 2.0:
+        # Exact in integers, and the walk of every manager left at the default.
+        while end <= index:
+            end = 2 * end + first
+        return end
+    # Each window holds at least one key more than the first (the ceiling of
+    # more than ``first``), so the loop ends within ``index`` turns, and
+    # ``growth**k`` stays below about ``index * growth`` (no overflow).
+    k = 0
     while end <= index:
-        end = 2 * end + first
+        k += 1
+        end += math.ceil(first * growth**k)
     return end

@@ -203,6 +203,11 @@ FirstWindow == 1
 
 \* Where the window holding position i starts: with a first window of F
 \* keys, window e holds positions F * (2^e - 1) + 1 .. F * (2^(e+1) - 1).
+\* This is the default growth 2 (chain_window_growth); the library's other
+\* growths (window e holds ceil(F * g^e) keys) are covered by the reference
+\* model (spec/model_chain.py) and its property tests, not here: the chain
+\* configs hold 2 keys, whose windows (first window 1: {1}, {2}) are the
+\* same for every growth, so no growth changes a behaviour of this model.
 WindowStart(i) ==
     CHOOSE s \in {FirstWindow * (2^e - 1) + 1 : e \in 0..Len(Chain)} : s <= i /\ i < 2 * s - 1 + FirstWindow
 

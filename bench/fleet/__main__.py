@@ -51,6 +51,8 @@ from bench.fleet.params import BackendParams, StoreParams, WorkloadParams
 from bench.fleet.report import header, plot, row, tables
 from bench.fleet.sim import Scenario, run
 from bench.fleet.spread import fold
+from kvprobe.statemachine.types import KvprobeError
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH, window_growth
 
 __all__ = ["Runs", "grid", "header", "main", "row", "scaling_grid", "split_dynamics", "split_partitions"]
 
@@ -80,13 +82,21 @@ def split_partitions(engines: int, store: StoreParams, workload: WorkloadParams)
 
 
 def grid(
-    engines: Sequence[int], *, window_s: float, warmup_s: float, max_sim: int, seed: int, paced: bool = False
+    engines: Sequence[int],
+    *,
+    window_s: float,
+    warmup_s: float,
+    max_sim: int,
+    seed: int,
+    paced: bool = False,
+    chain_growth: float = 2.0,
 ) -> list[Scenario]:
     """The grid's scenarios under one seed (see the module docstring)."""
     out = []
     store, workload = StoreParams(), WorkloadParams()
     for e in engines:
         common = _common(e, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seed, paced=paced)
+        common["chain_growth"] = chain_growth
         for mode in MODES:
             for retry in (True, False):
                 out.append(Scenario(mode=mode, retry=retry, partitions=1, **common))
@@ -198,7 +208,7 @@ def _realtime(args: argparse.Namespace, runs: Runs, base: dict[str, Any]) -> lis
         for mode in args.realtime_modes:
             by_seed = []
             for seed in args.seeds:
-                sc = Scenario(mode=mode, **_common(e, **base, seed=seed))
+                sc = Scenario(mode=mode, chain_growth=args.chain_growth, **_common(e, **base, seed=seed))
                 by_seed.append(realtime.summary(realtime.follow(sc, runs), ROUND_H, HORIZON_H))
             out.append({"engines": e, "mode": mode, "seeds": list(args.seeds), "by_seed": by_seed})
             paths = "; ".join("\u2192".join(map(str, s["partitions"])) for s in by_seed)
@@ -216,7 +226,13 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     print(f"seeds {seeds}; each figure: median [min\u2013max]\n" + header(), flush=True)
     rows = []
     for sc in grid(
-        args.engines, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seeds[0], paced=args.paced
+        args.engines,
+        window_s=window_s,
+        warmup_s=warmup_s,
+        max_sim=max_sim,
+        seed=seeds[0],
+        paced=args.paced,
+        chain_growth=args.chain_growth,
     ):
         rows += runs.folded([sc], seeds)
         print(row(rows[-1]), flush=True)
@@ -273,6 +289,8 @@ def _options(args: argparse.Namespace) -> str:
         out += " --seeds " + " ".join(map(str, args.seeds))
     if list(args.realtime_modes) != list(MODES):
         out += " --realtime-modes " + " ".join(args.realtime_modes)
+    if args.chain_growth != DEFAULT_CHAIN_WINDOW_GROWTH:
+        out += f" --chain-growth {args.chain_growth:g}"
     return out + (" --compressed" if args.compressed else "") + (" --paced" if args.paced else "")
 
 
@@ -305,6 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--paced", action="store_true", help="the backend paces its HEADs (today's backend; default: as before it did)"
     )
     parser.add_argument("--compressed", action="store_true", help="also the compressed split runs (E >= 100)")
+    parser.add_argument(
+        "--chain-growth",
+        type=float,
+        default=DEFAULT_CHAIN_WINDOW_GROWTH,
+        help="how the chain modes' windows grow (chain_window_growth; default %(default)g)",
+    )
     parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
     parser.add_argument("--plot", default=PLOT, help=f"plot file (default {PLOT}); '' for none")
     parser.add_argument(
@@ -318,6 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--update-docs with --quick: a quick run is too short for the docs to quote")
     if args.seeds is None:
         args.seeds = list(QUICK_SEEDS if args.quick else SEEDS)
+    try:
+        window_growth(args.chain_growth)
+    except KvprobeError as exc:
+        parser.error(f"--chain-growth: {exc}")
     if len(set(args.seeds)) != len(args.seeds) or any(e < 1 for e in args.engines):
         parser.error(f"seeds must differ and engines be >= 1, got seeds {args.seeds}, engines {args.engines}")
     json_path, plot_path = (DOCS_JSON, DOCS_PLOT) if args.update_docs else (args.json, args.plot)

@@ -21,7 +21,8 @@ The modes here:
   call does.  It assumes nothing about which keys the core probes, so
   whatever ``lookup_chain`` comes to do inside (probing in windows, answering
   from remembered verdicts, inferring a stored prefix) is what this mode
-  measures, with no change here;
+  measures, with no change here; its windows grow by ``chain_growth``
+  (``AsyncLookupManager(chain_window_growth=...)``, default 2);
 * ``window``: ``lookup_chain(keys[:w])`` with ``w`` doubling from
   ``window0`` each time the first ``w`` are all known stored (windows kept
   by the scheduler, on top of kvprobe);
@@ -56,7 +57,7 @@ from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.inferred import EXACT, INFERRED
 from kvprobe.statemachine.records import ProbeState
 from kvprobe.statemachine.types import ReqContext
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH, window_growth
 
 __all__ = ["MODES", "Chain", "LookupMode", "PerKey", "Request", "Window", "make_mode"]
 
@@ -179,6 +180,8 @@ class Chain:
     def __init__(self, walk: str = EXACT) -> None:
         self.walk = walk
         self.name = "chain" if walk == EXACT else walk
+        #: How each window grows on the one before (``chain_window_growth``).
+        self.growth = DEFAULT_CHAIN_WINDOW_GROWTH
 
     def new_core(self) -> LookupCore:
         # The manager's default window and the walk it is given
@@ -186,6 +189,7 @@ class Chain:
         # whole chain at once).
         core = LookupCore()
         core.chain_window = DEFAULT_CHAIN_WINDOW
+        core.chain_window_growth = self.growth
         core.chain_mode = self.walk
         return core
 
@@ -209,13 +213,21 @@ MODES: dict[str, Callable[[bool, int], LookupMode]] = {
 }
 
 
-def make_mode(name: str, *, lazy: bool = True, window0: int = 32) -> LookupMode:
-    """The mode called ``name``.
+def make_mode(
+    name: str, *, lazy: bool = True, window0: int = 32, chain_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH
+) -> LookupMode:
+    """The mode called ``name``; a chain walk's windows grow by ``chain_growth``.
 
     Raises:
         ValueError: no mode has that name, or ``window0`` < 1.
+        InvalidInputError, InvalidValueError: ``chain_growth`` is not a growth
+            ``AsyncLookupManager`` accepts (checked for every mode).
     """
     factory = MODES.get(name)
     if factory is None:
         raise ValueError(f"mode must be one of {tuple(MODES)}, got {name!r}")
-    return factory(lazy, window0)
+    growth = window_growth(chain_growth)
+    mode = factory(lazy, window0)
+    if isinstance(mode, Chain):
+        mode.growth = growth
+    return mode

@@ -59,6 +59,8 @@ class Scenario:
     window_s: float = 20.0
     max_sim_engines: int = 100
     window0: int = 32
+    #: How the ``chain`` modes' windows grow (``chain_window_growth``).
+    chain_growth: float = 2.0
     lazy: bool = True
     #: The backend's pool serves concurrent groups in turn (False: FIFO).
     fair: bool = True
@@ -104,7 +106,7 @@ def run(sc: Scenario) -> dict[str, Any]:
     for i in range(sim_engines):
         erng = random.Random(rng.random())
         workload = Workload(sc.workload, shared, tier, random.Random(erng.random()))
-        mode = make_mode(sc.mode, lazy=sc.lazy, window0=sc.window0)
+        mode = make_mode(sc.mode, lazy=sc.lazy, window0=sc.window0, chain_growth=sc.chain_growth)
         engine = Engine(i, fleet, mode, workload, sc.workload, backend, erng, lazy=sc.lazy, fair=sc.fair)
         engines.append(engine)
         engine.start()

@@ -38,6 +38,7 @@ from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager, W
 from kvprobe.statemachine.trace import TraceSink
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, ManagerClosedError, Stats
 from kvprobe.statemachine.verdict_cache import VerdictCache
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH
 from kvprobe.statemachine.workers import DEFAULT_HOLD_S, ThreadedWorker
 
 __all__ = ["AsyncLookupManager", "LookupPhase", "LookupState"]
@@ -137,6 +138,9 @@ class AsyncLookupManager(abc.ABC):
             name: ``"exact"`` (default) or ``"inferred"``, for tiers written
             in chain order (:meth:`lookup_chain` then searches for the
             stored prefix's end; :mod:`kvprobe.statemachine.inferred`).
+        chain_window_growth: kvprobe extra, the native manager's option of
+            that name: how much each window of :meth:`lookup_chain` grows on
+            the one before (default 2: each twice the one before).
         verdict_cache: kvprobe extra, the native manager's option of that
             name: None (default, as vLLM: every request probes afresh) or a
             :class:`~kvprobe.statemachine.verdict_cache.VerdictCache`
@@ -144,11 +148,14 @@ class AsyncLookupManager(abc.ABC):
 
     Raises:
         InvalidInputError: ``tier_type`` is not a string, a number
-            argument is not a number, ``chain_mode`` is not a string, or
+            argument is not a number (``chain_window_growth`` a bool too),
+            ``chain_mode`` is not a string, or
             ``verdict_cache`` is not a ``VerdictCache``.
         InvalidValueError: a timeout is not positive and finite,
-            ``busy_call_hold_s`` is negative, a count is below 1, or
-            ``chain_mode`` is a string other than ``"exact"`` or ``"inferred"``.
+            ``busy_call_hold_s`` is negative, a count is below 1,
+            ``chain_window_growth`` is not above 1, above 16, NaN or
+            infinite, or ``chain_mode`` is a string other than ``"exact"``
+            or ``"inferred"``.
     """
 
     def __init__(
@@ -166,6 +173,7 @@ class AsyncLookupManager(abc.ABC):
         trace: TraceSink | None = None,
         core_class: type[LookupCore] | None = None,
         chain_mode: Literal["exact", "inferred"] = "exact",
+        chain_window_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH,
         verdict_cache: VerdictCache | None = None,
     ) -> None:
         if not isinstance(tier_type, str):
@@ -186,6 +194,7 @@ class AsyncLookupManager(abc.ABC):
             trace=trace,
             shutdown_timeout_s=shutdown_timeout_s,
             chain_mode=chain_mode,
+            chain_window_growth=chain_window_growth,
             verdict_cache=verdict_cache,
         )
         self._shutdown_timeout_s = float(shutdown_timeout_s)
