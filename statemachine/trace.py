@@ -36,7 +36,8 @@ a sequence of Lookup actions); the inferred walk
 whose events have no more fields; the exact walk's events have two more: ``index`` (the
 key's position in the chain, 0 for the walk's first key: the events of one
 walk are consecutive, indices 0, 1, ...) and ``window`` (the walk's first
-window, or ``"all"``), so that a checker can tell whether the walk was
+window, or ``"all"``), and ``growth`` when the windows grow by other than
+2 (``chain_window_growth``), so that a checker can tell whether the walk was
 allowed to look that key up.  Every event has ``seq`` (0, 1, ...).
 Scheduler events also have ``size`` (states held after the action),
 ``after`` (for each key the action touched, its state afterwards:
@@ -282,6 +283,8 @@ class TracingCore(LookupCore):
             counted: set[int] = set()
             req = req_context.req_id
             window = window_name(self.chain_window)
+            # Recorded only when not the default, so that a default trace reads as before.
+            growth = {} if self.chain_window_growth == 2.0 else {"growth": self.chain_window_growth}
             for index, key in enumerate(list(keys)[: answer.looked_up]):
                 state = states[key]
                 if state.generation > mark and id(state) not in counted:
@@ -298,6 +301,7 @@ class TracingCore(LookupCore):
                     phase=None if phase is None else phase.value,
                     index=index,
                     window=window,
+                    **growth,
                 )
             return answer
 

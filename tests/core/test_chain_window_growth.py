@@ -18,10 +18,12 @@ from hypothesis import given, strategies as st
 from test_chain_mutants import ProbeAfterMiss, WindowSkipsAhead
 from test_chain_windows import CTX, CountingTier, chain, manager, walk_until_decided
 
+from kvprobe.backends.memory import InMemoryBackend
 from kvprobe.integrations.vllm import AsyncLookupManager as DropIn
 from kvprobe.spec.model_chain import refusal, window_start
+from kvprobe.spec.replay import TraceDivergence, check_trace
 from kvprobe.statemachine import AsyncLookupManager, ChainAnswer, LookupCore, ManualWorker
-from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
+from kvprobe.statemachine.types import InvalidInputError, InvalidValueError, ReqContext
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH, MAX_CHAIN_WINDOW_GROWTH, window_end
 
 GROWTHS = st.one_of(
@@ -183,3 +185,39 @@ def test_the_vllm_drop_in_passes_the_growth_through() -> None:
         grown.shutdown()
     with pytest.raises(InvalidValueError, match=r"chain_window_growth .*got 0.9"):
         Tier("t", worker="manual", chain_window_growth=0.9)
+
+
+def _traced_walk_with_growth(growth: float) -> list[dict[str, object]]:
+    """A manual-worker walk of 8 keys, the first 5 stored, first window 1: its events."""
+    keys = [bytes([i]) * 4 for i in range(8)]
+    events: list[dict[str, object]] = []
+    m = AsyncLookupManager(
+        InMemoryBackend(keys[:5]), worker="manual", chain_window=1, chain_window_growth=growth, trace=events.append
+    )
+    worker = m.worker
+    assert isinstance(worker, ManualWorker)
+    req = ReqContext("walker")
+    while not m.lookup_chain(keys, req).decided:
+        m.flush()
+        worker.run_all()
+    m.cleanup("walker")
+    m.shutdown()
+    return events
+
+
+def test_a_trace_records_the_growth_and_the_replay_walks_by_it() -> None:
+    events = _traced_walk_with_growth(3.0)
+    lookups = [e for e in events if e["action"] == "Lookup"]
+    assert lookups and all(e.get("growth") == 3.0 for e in lookups)
+    assert check_trace(events) is None
+    # Claimed as growing by 1.25, the walk looked key 3 up while keys 1 and 2 were unknown:
+    # windows [1, 3) and [3, 5) under 1.25, one window [1, 4) under 3.
+    relabelled = [{**e, "growth": 1.25} if e["action"] == "Lookup" else e for e in events]
+    divergence = check_trace(relabelled)
+    assert isinstance(divergence, TraceDivergence)
+    assert divergence.action == "Lookup"
+
+
+def test_a_default_trace_does_not_mention_the_growth() -> None:
+    events = _traced_walk_with_growth(2.0)
+    assert all("growth" not in e for e in events)
