@@ -181,7 +181,7 @@ class TraceChecker:
         else:
             raise self.fail(event, f"chain window {window!r}: neither 'all' nor a positive int")
         growth = event.get("growth", 2.0)
-        if type(growth) not in (int, float) or not 1.0 < float(growth) <= 16.0:
+        if not isinstance(growth, (int, float)) or isinstance(growth, bool) or not 1.0 < growth <= 16.0:
             raise self.fail(event, f"chain window growth {growth!r}: not a number in (1, 16]")
         walked = self.walk[1]
         before = [probe.verdict if (probe := self.s.probes.get(k)) else None for k in walked]
@@ -190,7 +190,7 @@ class TraceChecker:
         if s.cache is not None and key not in s.probes and event.get("phase") != "RESOLVED":
             # The walk probed a key it has an entry for: the entry had expired (as lookup's fresh=False).
             s, _ = recall(s, key, fresh=False)
-        return chain_step(s, req, key, before, first, float(growth))
+        return chain_step(s, req, key, before, first, growth)
 
     def flush(self, event: Mapping[str, object]) -> None:
         self.s, groups = model.flush(self.s)
