@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test lint bench rgw compiled pure test-compiled test-vllm
+.PHONY: check test test-long lint bench rgw compiled pure test-compiled test-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,8 +43,13 @@ rgw:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ceph-mon ceph-osd radosgw ceph-common; } || \
 	  echo "RGW tests will skip: apt-get install -y --no-install-recommends ceph-mon ceph-osd radosgw ceph-common"
 
+# Every test but the long ones (deep model runs, long campaigns: marked
+# `long`), which have their own target so that `make test` stays short.
 test: lint rgw
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long"
+
+test-long: rgw $(VENV)/.dev-installed
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m long
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench.run_all
@@ -53,7 +58,7 @@ bench: $(VENV)/.dev-installed
 # checkout: built in place, its .so files shadow the hot-path modules of
 # statemachine/ until `make pure` removes them (an edit made meanwhile is
 # reported as stale by `kvprobe --version`, and the suite refuses to run).
-# test-compiled runs the whole suite against it.
+# test-compiled runs the suite (as `make test` does) against it.
 compiled: $(VENV)/.dev-installed
 	KVPROBE_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace
 	$(BIN)/python -c "from kvprobe.build_info import build_info as b; i = b(); assert i.kind == 'compiled' and not i.stale, i; print(i.describe())"
@@ -62,7 +67,7 @@ pure:
 	rm -rf statemachine/*.so *__mypyc*.so build
 
 test-compiled: rgw compiled
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest; s=$$?; $(MAKE) -s pure; exit $$s
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long"; s=$$?; $(MAKE) -s pure; exit $$s
 
 # vLLM 0.33.0's own tier tests (on vLLM's class and with the one-line switch)
 # and this repository's tests that need the release, in a separate venv

@@ -71,6 +71,7 @@ def test_spec_mutant_is_reported_by_its_clause(mutant: str, capsys: pytest.Captu
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
 @pytest.mark.usefixtures("shared_tlc_runs")
+@pytest.mark.long
 @pytest.mark.parametrize("mutant", sorted(set(SPEC_CAUGHT_BY) - set(INVARIANT_CAUGHT)))
 def test_reach_mutant_removes_its_witness(
     mutant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

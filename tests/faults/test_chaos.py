@@ -50,6 +50,7 @@ def test_a_short_campaign_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "PASS: wrong verdicts 0" in out and "FAIL" not in out
 
 
+@pytest.mark.long
 def test_a_short_campaign_with_the_s3_outage_passes() -> None:
     # In a fresh interpreter, as `python -m bench.chaos` runs: inside this
     # suite's process, after a thousand tests, the campaign ran 16-18 steps
@@ -68,6 +69,7 @@ def test_a_short_campaign_with_the_s3_outage_passes() -> None:
     assert "FAIL" not in out
 
 
+@pytest.mark.long
 def test_a_store_that_recovers_late_is_caught(
     obj_tier: chaos_s3.ObjTier, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -73,6 +73,7 @@ def forgetful(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@pytest.mark.long
 def test_soak_fails_when_states_leak(forgetful: None) -> None:
     result = soak.run(backend_name="memory", **{**SMALL, "fault_rate": 0.0, "short_rate": 0.0})  # type: ignore[arg-type]
     assert result.table_end > 0

@@ -27,6 +27,7 @@ def _crosshair() -> list[str]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.long
 def test_crosshair_confirms_the_spec_contracts() -> None:
     import kvprobe.spec
 
@@ -45,6 +46,7 @@ def test_crosshair_confirms_the_spec_contracts() -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.long
 def test_crosshair_refutes_the_broken_partitioner() -> None:
     run = subprocess.run(
         [*_crosshair(), "check", "broken_partition.py", "--analysis_kind", "PEP316", "--per_condition_timeout", "5"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from integ_harness import requires_nixl
 
 from bench.fleet_rgw import LATE_SLACK_S, STDERR_QUIET, Setup, measure, stored_prefixes
@@ -40,6 +41,7 @@ def _assert_hard_properties(figures: dict[str, Any], raw: dict[str, Any]) -> Non
     )
 
 
+@pytest.mark.long
 def test_a_small_fleet_on_a_capped_rgw_keeps_the_hard_properties(s3_server: Any, bucket: str) -> None:
     setup = Setup(engines=2, rate=2.0, duration_s=8.0, head_rate=100.0, pool=48)
     (figures,), (raw,) = measure(setup, [1], s3_server, bucket)
@@ -47,6 +49,7 @@ def test_a_small_fleet_on_a_capped_rgw_keeps_the_hard_properties(s3_server: Any,
     _assert_hard_properties(figures, raw)
 
 
+@pytest.mark.long
 def test_the_inferred_mode_keeps_the_hard_properties_on_a_capped_rgw(s3_server: Any, bucket: str) -> None:
     # The search sends about a third of the exact ideal's HEADs here: a cap of 20 HEAD/s throttles it.
     setup = Setup(engines=2, rate=2.0, duration_s=8.0, head_rate=20.0, pool=48)

@@ -49,6 +49,7 @@ def _keys(n: int) -> list[bytes]:
 
 
 # Throttling at 5 % and 20 %; 500s and resets at 5 %.
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("kind", "fraction"), [("throttle", 0.05), ("throttle", 0.20), ("error500", 0.05), ("reset", 0.05)]
 )

@@ -170,6 +170,7 @@ def replay_under_symmetry(graph: Graph, *, stop_at_first: bool = False) -> tuple
 
 
 @pytest.mark.tlc
+@pytest.mark.long
 def test_every_edge_of_the_default_graph_is_a_step_of_the_reference_model(default_graph: Graph) -> None:
     replayed, failures = replay(default_graph)
     assert not failures, f"{len(failures)} divergences; first: " + "\n".join(failures[:5])

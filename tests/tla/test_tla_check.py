@@ -169,6 +169,7 @@ def test_spec_error_is_its_own_exit_code(scratch_tla: Path, capsys: pytest.Captu
 
 
 @pytest.mark.tlc
+@pytest.mark.long
 def test_deadlock_config_passes_and_its_end_is_the_bound(scratch_tla: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Without Shutdown and Die, the only end allowed is BoundReached...
     assert main(["--quiet", "--config", "deadlock"]) == EXIT_OK
@@ -265,12 +266,14 @@ def test_lost_failure_is_a_liveness_violation(capsys: pytest.CaptureFixture[str]
 
 
 @pytest.mark.tlc
+@pytest.mark.long
 def test_liveness_on_two_keys_and_two_requests_holds() -> None:
     # liveness-ci.cfg: 2 keys x 2 requests, 2 generations, no timeout, no death.
     assert main(["--quiet", "--config", "liveness-ci"]) == EXIT_OK
 
 
 @pytest.mark.tlc
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("mutant", "leak"),
     [
@@ -291,6 +294,7 @@ def test_liveness_on_two_keys_catches_a_state_leaked_for_ever(
 
 
 @pytest.mark.tlc
+@pytest.mark.long
 def test_reachability_witnesses_exist(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--quiet", "--config", "reach"]) == EXIT_OK
     out = capsys.readouterr().out
@@ -308,6 +312,7 @@ def test_deep_config_is_a_bounded_simulation() -> None:
 
 
 @pytest.mark.tlc
+@pytest.mark.long
 @pytest.mark.parametrize(("mutant", "outcome"), [("none", "ok"), ("fail-resolves-hit", "invariant")])
 def test_deep_simulation_runs_and_catches_a_mutant(mutant: str, outcome: str, tmp_path: Path) -> None:
     text = (tla_dir() / "deep.cfg").read_text().replace("stop-after 540", "stop-after 15")
