@@ -100,6 +100,13 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
     }
 
 
+# Not bench.fleet.spread.cell, though both print median [min-max]: cell drops
+# the percent sign from the range ends ("0.4% [0.3-0.4]") and prints the
+# median alone under two values, while the RGW tables docs/fleet.md quotes
+# (docs/data/fleet_rgw.json) keep it on each end ("72.0 % [58.4 %-74.5 %]")
+# and show the range for one seed too, so through cell their text would
+# change.  Nor spread.span for the numbers: it answers NaN for no values,
+# where a target over no seeds must fail, not print "nan".
 def _spread(values: Sequence[float], fmt: str) -> str:
     lo, med, hi = min(values), statistics.median(values), max(values)
     return f"{fmt.format(med)} [{fmt.format(lo)}\u2013{fmt.format(hi)}]"
