@@ -17,8 +17,9 @@ The windows of a first window ``first`` and a growth ``growth``
 default growth 2, ``first``, ``2 first``, ``4 first``, ...; ``first`` None
 is one window holding every key (``chain_window="all"``).  The walk ends at
 the first key the rule refuses.  The model takes any growth the manager
-accepts (above 1); its invariants do not depend on the schedule, only on
-where each looked-up key's window starts.
+accepts (above 1, at most :data:`MAX_CHAIN_WINDOW_GROWTH`); its invariants
+do not depend on the schedule, only on where each looked-up key's window
+starts.
 
 History (read only by the invariants below): each Lookup a walk makes is
 recorded as a :class:`~kvprobe.spec.model_state.ChainAsk` with the verdicts
@@ -58,12 +59,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Final
 
 from kvprobe.spec.model import lookup
 from kvprobe.spec.model_state import ChainAsk, Key, ModelError, State, begin
 
 __all__ = [
     "CHAIN_INVARIANTS",
+    "MAX_CHAIN_WINDOW_GROWTH",
     "ChainHitsAnswered",
     "ChainStopsAtMiss",
     "ChainWindowWaits",
@@ -74,6 +77,13 @@ __all__ = [
     "search_position",
     "window_start",
 ]
+
+#: The largest growth a walk may have; a trace claiming more is refused
+#: (:mod:`kvprobe.spec.replay`).  It mirrors the library's bound
+#: (``kvprobe.statemachine.windows.MAX_CHAIN_WINDOW_GROWTH``), restated here
+#: because the spec is the bottom layer and imports nothing above it; a test
+#: (``tests/core/test_chain_window_growth.py``) keeps the two equal.
+MAX_CHAIN_WINDOW_GROWTH: Final = 16.0
 
 #: What a walk answers: (leading hits, stopped at a miss, pending, keys looked up), as ``ChainAnswer``.
 Answer = tuple[int, bool, bool, int]

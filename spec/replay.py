@@ -40,7 +40,7 @@ from kvprobe.spec.actions import WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event
 from kvprobe.spec.model import Group, ModelError, State
 from kvprobe.spec.model_cache import recall
-from kvprobe.spec.model_chain import chain_step
+from kvprobe.spec.model_chain import MAX_CHAIN_WINDOW_GROWTH, chain_step
 
 __all__ = ["ReplayReport", "TraceChecker", "TraceDivergence", "check_trace", "main", "replay"]
 
@@ -181,8 +181,12 @@ class TraceChecker:
         else:
             raise self.fail(event, f"chain window {window!r}: neither 'all' nor a positive int")
         growth = event.get("growth", 2.0)
-        if not isinstance(growth, (int, float)) or isinstance(growth, bool) or not 1.0 < growth <= 16.0:
-            raise self.fail(event, f"chain window growth {growth!r}: not a number in (1, 16]")
+        if (
+            not isinstance(growth, (int, float))
+            or isinstance(growth, bool)
+            or not 1.0 < growth <= MAX_CHAIN_WINDOW_GROWTH
+        ):
+            raise self.fail(event, f"chain window growth {growth!r}: not a number in (1, {MAX_CHAIN_WINDOW_GROWTH:g}]")
         walked = self.walk[1]
         before = [probe.verdict if (probe := self.s.probes.get(k)) else None for k in walked]
         walked.append(key)

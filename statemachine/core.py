@@ -48,7 +48,6 @@ from kvprobe.statemachine.probe_table import mypyc_attr
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import CLEANUP_LAST, COMPILED, IN_FLIGHT, MARK_MISS_NEXT, PENDING, RECALLED
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, InvariantViolation, KvprobeError
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH
 
 __all__ = ["COMPILED", "InvariantViolation", "LookupCore", "ProbeState", "WaitingRequest", "as_applied"]
 
@@ -64,13 +63,6 @@ class LookupCore(WorkerHandoff):
     :class:`~kvprobe.statemachine.probe_table.ProbeTable`'s, Flush and Drain
     :class:`~kvprobe.statemachine.handoff.WorkerHandoff`'s.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        #: How ``lookup_chain``'s windows grow: window ``k`` holds
-        #: ``ceil(chain_window * growth**k)`` keys (:func:`windows.window_end`).
-        #: ``AsyncLookupManager(chain_window_growth=...)`` checks the value it sets.
-        self.chain_window_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH
 
     # --- Lookup ------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from kvprobe.statemachine.invariants import layout_violations
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.types import GroupOutcome, InvariantViolation, Key, ProbeGroup, Stats
 from kvprobe.statemachine.verdict_cache import VerdictMemory
-from kvprobe.statemachine.windows import ALL
+from kvprobe.statemachine.windows import ALL, DEFAULT_CHAIN_WINDOW_GROWTH
 
 _C = TypeVar("_C")
 
@@ -92,6 +92,10 @@ class ProbeTable:
         #: core walks the whole chain; ``AsyncLookupManager(chain_window=...)``
         #: checks the value it sets (default ``windows.DEFAULT_CHAIN_WINDOW``).
         self.chain_window: int = ALL
+        #: How ``lookup_chain``'s windows grow: window ``k`` holds
+        #: ``ceil(chain_window * growth**k)`` keys (:func:`windows.window_end`).
+        #: ``AsyncLookupManager(chain_window_growth=...)`` checks the value it sets.
+        self.chain_window_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH
         #: How ``lookup_chain`` walks: ``inferred.EXACT`` (every key up
         #: to the first miss) or ``inferred.INFERRED`` (a search that infers
         #: the keys before the stored prefix's end; :mod:`kvprobe.statemachine.inferred`).

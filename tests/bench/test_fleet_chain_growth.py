@@ -12,7 +12,8 @@ from test_fleet_rgw_figures import _outcome, _raw
 
 from bench.fleet.__main__ import main as fleet_main
 from bench.fleet.modes import Chain, make_mode
-from bench.fleet_rgw import Setup, rounds, seed_figures
+from bench.fleet_rgw import Setup
+from bench.fleet_rgw_report import rounds, seed_figures
 from kvprobe.statemachine import InvalidInputError, InvalidValueError
 
 

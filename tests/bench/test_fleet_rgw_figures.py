@@ -1,4 +1,4 @@
-"""bench.fleet_rgw's arithmetic on made-up outcomes (no store): each figure counts what it says."""
+"""bench.fleet_rgw_report's arithmetic on made-up outcomes (no store): each figure counts what it says."""
 
 from __future__ import annotations
 
@@ -6,18 +6,8 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_rgw import (
-    Setup,
-    comparison,
-    engine_plans,
-    measure,
-    mode_tables,
-    rounds,
-    seed_figures,
-    stored_prefixes,
-    tables,
-    targets,
-)
+from bench.fleet_rgw import Setup, engine_plans, measure, stored_prefixes
+from bench.fleet_rgw_report import comparison, mode_tables, rounds, seed_figures, tables, targets
 
 
 def _outcome(stored: int, hits: int, decided: bool = True, after: float = 1.0, inferred: int = 0) -> dict[str, Any]:

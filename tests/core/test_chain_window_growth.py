@@ -20,6 +20,7 @@ from test_chain_windows import CTX, CountingTier, chain, manager, walk_until_dec
 
 from kvprobe.backends.memory import InMemoryBackend
 from kvprobe.integrations.vllm import AsyncLookupManager as DropIn
+from kvprobe.spec import model_chain
 from kvprobe.spec.model_chain import refusal, window_start
 from kvprobe.spec.replay import TraceDivergence, check_trace
 from kvprobe.statemachine import AsyncLookupManager, ChainAnswer, LookupCore, ManualWorker
@@ -221,3 +222,17 @@ def test_a_trace_records_the_growth_and_the_replay_walks_by_it() -> None:
 def test_a_default_trace_does_not_mention_the_growth() -> None:
     events = _traced_walk_with_growth(2.0)
     assert all("growth" not in e for e in events)
+
+
+def test_the_reference_models_growth_bound_is_the_librarys() -> None:
+    # The spec restates the bound (it imports nothing above it); the two must not drift.
+    assert model_chain.MAX_CHAIN_WINDOW_GROWTH == MAX_CHAIN_WINDOW_GROWTH
+
+
+def test_the_replay_takes_a_growth_up_to_the_bound_and_refuses_one_above_it() -> None:
+    events = _traced_walk_with_growth(MAX_CHAIN_WINDOW_GROWTH)
+    assert check_trace(events) is None
+    above = [{**e, "growth": MAX_CHAIN_WINDOW_GROWTH * 1.5} if e["action"] == "Lookup" else e for e in events]
+    divergence = check_trace(above)
+    assert isinstance(divergence, TraceDivergence)
+    assert f"not a number in (1, {MAX_CHAIN_WINDOW_GROWTH:g}]" in divergence.detail

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from integ_harness import requires_nixl
 
-from bench.fleet_rgw import LATE_SLACK_S, STDERR_QUIET, Setup, measure, stored_prefixes
+from bench.fleet_rgw import Setup, measure, stored_prefixes
 from bench.fleet_rgw_engine import prompt_keys
+from bench.fleet_rgw_report import LATE_SLACK_S, STDERR_QUIET
 from kvprobe.backends.layout import relative_name
 
 pytestmark = requires_nixl
