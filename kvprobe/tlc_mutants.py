@@ -265,6 +265,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "the verdict cache remembers a failure's MISS as a backend answer",
         Remembers="RemembersAnyOutcome",
     ),
+    _cache(
+        "cache-forgets-live-only",
+        "MarkMiss makes the verdict cache forget only the keys that have a state",
+        Forgets="ForgetsLiveOnly",
+    ),
 )
 
 #: The mutant names by kind: ``{"named": (...), "spec": (...)}``.

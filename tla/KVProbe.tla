@@ -669,25 +669,38 @@ MarkMissHonours(k) == MarkMissFlavour = "native" \/ phase[k] = RESOLVED
 \* that skips one of them is seen (ForcedMissSticks).
 MarkMissForces(k) == MarkMissHonours(k)
 
-\* Whether MarkMiss(ks) makes the verdict cache forget key k: every key given.
-Forgets(ks, k) == k \in ks
+\* The keys of ks the manager's core is given: every one for the native
+\* manager; the vLLM drop-in skips a PENDING or IN_FLIGHT key and passes
+\* every other one on, a key without a state too (kvprobe's core counts it
+\* and its cache forgets it).
+MarkMissPasses(ks) == {k \in ks : MarkMissFlavour = "native" \/ ~Live(k) \/ phase[k] = RESOLVED}
+
+\* Whether MarkMiss(ks) makes the verdict cache forget key k: every key the
+\* core is given, with or without a state.
+Forgets(ks, k) == k \in MarkMissPasses(ks)
 
 \* Loading the keys ks from the tier failed: force MISS.  A PENDING state is
 \* never submitted; an IN_FLIGHT state's late result will be dropped (its
-\* generation is moot), and if nobody waits on it, it is reclaimed.  Keys
-\* without a state are ignored.  In the vllm flavour only RESOLVED keys are
-\* forced: a PENDING or IN_FLIGHT probe's own outcome lands.
+\* generation is moot), and if nobody waits on it, it is reclaimed.  In the
+\* vllm flavour only RESOLVED keys are forced: a PENDING or IN_FLIGHT
+\* probe's own outcome lands.  The verdict cache forgets every key the core
+\* is given (Forgets), a key without a state too: so a key may be given
+\* that has a state or a remembered answer.  A key with neither changes
+\* nothing but a counter and is left out, which keeps the configs without
+\* the cache (no answer is ever remembered) exploring the states they did.
 MarkMiss(ks) ==
     /\ UNCHANGED chainHistory
-    /\ StoreRefutes(ks)
+    /\ StoreRefutes(MarkMissPasses(ks))
     /\ ~down
     /\ ks # {}
-    /\ \A k \in ks : Live(k)
-    /\ LET Forces(k) == k \in ks /\ MarkMissForces(k)
+    /\ \A k \in ks : Live(k) \/ mem[k] # "none"
+    /\ LET \* the keys given that have a state (the others only lose their memory)
+           Held(k) == k \in ks /\ Live(k)
+           Forces(k) == Held(k) /\ MarkMissForces(k)
            Gone(k) == Forces(k) /\ ForcedPhase(k) = ABSENT
            Hit(k) == Forces(k) /\ ~Gone(k)
            \* history: a key given whose state the flavour says must be forced
-           Asked(k) == k \in ks /\ MarkMissHonours(k) /\ ~Gone(k)
+           Asked(k) == Held(k) /\ MarkMissHonours(k) /\ ~Gone(k)
        IN /\ phase' = [k \in Keys |-> IF Forces(k) THEN ForcedPhase(k) ELSE phase[k]]
           /\ gen' = [k \in Keys |-> IF Gone(k) THEN NoGen ELSE gen[k]]
           /\ waiters' = [k \in Keys |-> IF Gone(k) THEN {} ELSE waiters[k]]
@@ -695,11 +708,13 @@ MarkMiss(ks) ==
           /\ forced' = [k \in Keys |-> IF Gone(k) THEN FALSE ELSE IF Asked(k) THEN TRUE ELSE forced[k]]
           \* history: the in-flight probes this MarkMiss took out of flight
           /\ moot' = moot \cup {gen[k] : k \in {x \in ks : phase[x] = IN_FLIGHT /\ phase'[x] # IN_FLIGHT}}
-          \* the cache forgets the keys given (a remembered "stored" whose load failed)
+          \* the cache forgets the keys the core is given (a remembered "stored" whose load failed)
           /\ mem' = [k \in Keys |-> IF Forgets(ks, k) THEN "none" ELSE mem[k]]
           /\ memGen' = [k \in Keys |-> IF Forgets(ks, k) THEN NoGen ELSE memGen[k]]
-          \* history: the remembered answers of the keys given, forgotten now
-          /\ forgot' = forgot \cup {<<k, memGen[k]>> : k \in {x \in ks : mem[x] # "none"}}
+          \* history: the remembered answers of the keys the core is given
+          \* (with or without a state), forgotten now; read off the flavour's
+          \* rule, not through Forgets (a slip there must not hide itself)
+          /\ forgot' = forgot \cup {<<k, memGen[k]>> : k \in {x \in MarkMissPasses(ks) : mem[x] # "none"}}
     /\ UNCHANGED <<recalled, backendMiss>>
     /\ out' = NoOut
     /\ UNCHANGED <<requests, batch, nextGen, open, down, worker,
@@ -862,7 +877,8 @@ TimeOut == \E G \in taken : TimeOutOf(G)
 Saturate == \E G \in taken : SaturateOf(G)
 LateAnswer == \E G \in stuck : \E ans \in Answers(G) : LateAnswerOf(G, ans)
 
-\* The engine's calls: every subset of live keys may be marked missed at once.
+\* The engine's calls: any set of keys, each with a state or a remembered
+\* answer, may be marked missed at once.
 SchedulerSteps ==
     \/ \E k \in Keys, r \in Reqs : Lookup(k, r)
     \/ Flush

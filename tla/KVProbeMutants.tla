@@ -215,6 +215,7 @@ DecidedOneShort(r) == SearchHi(r) <= SearchLo(r) + 2
 \* chain whose inferred key failed to load is inferred again
 \* (ChainTrusted <- TrustsRefuted).
 TrustsRefuted == TRUE
+-----------------------------------------------------------------------------
 (* The verdict cache (tla/cache.cfg) *)
 
 \* cache-keeps-marked-miss: MarkMiss does not make the cache forget, so a
@@ -224,5 +225,10 @@ ForgetsNothing(ks, k) == FALSE
 \* cache-remembers-failure: the cache remembers whatever Drain applies: the
 \* MISS of a failure, timeout, saturation or dead worker too.
 RemembersAnyOutcome(o) == TRUE
+
+\* cache-forgets-live-only: MarkMiss forgets only the keys that have a state,
+\* so the remembered "stored" of a key no request holds, whose load failed,
+\* is served to the next request.
+ForgetsLiveOnly(ks, k) == k \in MarkMissPasses(ks) /\ Live(k)
 
 =============================================================================

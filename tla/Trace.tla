@@ -38,8 +38,8 @@ TraceInit == Init /\ i = 1
 Size(p) == Cardinality({k \in Keys : p[k] # ABSENT})
 
 \* A repeated call that changes nothing (a lookup by a request already
-\* waiting, the cleanup of an unknown request, MarkMiss of keys without a
-\* state, a flush with an empty batch).
+\* waiting, the cleanup of an unknown request, MarkMiss of keys with neither
+\* a state nor a remembered answer, a flush with an empty batch).
 Same == UNCHANGED vars
 
 \* The events the core logs; the others are the worker's (and Revive, logged by
@@ -80,8 +80,10 @@ Matches(e) ==
       [] e.action = "Cleanup" ->
             IF requests[e.req] = {} THEN Same ELSE Cleanup(e.req)
       [] e.action = "MarkMiss" ->
-            LET live == {k \in e.keys : Live(k)}
-            IN IF live = {} THEN Same ELSE MarkMiss(live)
+            \* a key without a state is given too if the model remembers an
+            \* answer for it: the cache forgets every key given
+            LET marked == {k \in e.keys : Live(k) \/ mem[k] # "none"}
+            IN IF marked = {} THEN Same ELSE MarkMiss(marked)
       [] e.action = "Shutdown" -> Shutdown
 
 \* The verdict cache's entry of key k recorded after an event (CacheOn: the

@@ -3,8 +3,12 @@
 Each mutant is ``LookupCore`` with one rule of the cache changed; the shipped
 machine, with the cache on (tests/property/test_stateful_cache.py's
 configuration), must find each (derandomized, as tests/mutants/
-test_named_mutants.py searches), and the check that fails must be
-``CacheProvenance``: the clause written for what may be remembered.
+test_named_mutants.py searches), and the check that fails must be one of
+the mutant's ``CAUGHT_BY``: ``CacheProvenance``, the clause written for
+what may be remembered; for ``cache-forgets-live-only`` also the trace
+replay against the reference model (``TraceDivergence``), which fails
+first when the lookup served from the kept entry comes in the same
+scheduler step as the ``mark_miss`` (the search meets that case first).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pytest
 from mutant_cores import manager_with
 
 from kvprobe.statemachine import LookupCore, VerdictCache
+from kvprobe.statemachine.inputs import key_list
 from kvprobe.statemachine.types import GroupOutcome, Key, is_death_marker
 from kvprobe.testing.search import hunt
 from kvprobe.testing.stateful import lookup_machine
@@ -33,6 +38,23 @@ class MarkMissKeepsRemembered(LookupCore):
             self.memory = memory
 
 
+class ForgetsLiveOnly(LookupCore):
+    def mark_miss(self, keys: Iterable[Key]) -> None:
+        listed = key_list(keys, "mark_miss")
+        held = [key for key in listed if key in self.states]
+        memory, self.memory = self.memory, None
+        try:
+            super().mark_miss(listed)
+        finally:
+            self.memory = memory
+        # MUTANT: only the keys that had a state are forgotten, so the
+        # remembered "stored" of a key no request holds, whose load failed,
+        # is served to the next request.
+        if memory is not None:
+            for key in held:
+                memory.forget(key)
+
+
 class RemembersFailureMiss(LookupCore):
     def apply(self, outcome: GroupOutcome) -> None:
         super().apply(outcome)
@@ -48,11 +70,24 @@ class RemembersFailureMiss(LookupCore):
 MUTANTS = {
     "cache-keeps-marked-miss": MarkMissKeepsRemembered,
     "cache-remembers-failure": RemembersFailureMiss,
+    "cache-forgets-live-only": ForgetsLiveOnly,
 }
+
+
+#: The checks whose failure counts as catching each mutant.
+CAUGHT_BY = {
+    "cache-keeps-marked-miss": ("CacheProvenance",),
+    "cache-remembers-failure": ("CacheProvenance",),
+    "cache-forgets-live-only": ("CacheProvenance", "TraceDivergence"),
+}
+
+
+def test_every_cache_mutant_names_what_catches_it() -> None:
+    assert set(CAUGHT_BY) == set(MUTANTS)
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_machine_finds_cache_mutant(name: str) -> None:
     machine = lookup_machine(manager_class=manager_with(MUTANTS[name]), verdict_cache=CACHE)
-    elapsed, messages = hunt(machine, ("CacheProvenance",))
+    elapsed, messages = hunt(machine, CAUGHT_BY[name])
     print(f"{name}: caught in {elapsed:.1f} s: {messages[:300]}")

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.tlc, pytest.mark.skipif(shutil.which("java") is None, 
 CAUGHT_BY = {
     "cache-keeps-marked-miss": "CacheProvenance",
     "cache-remembers-failure": "CacheProvenance",
+    "cache-forgets-live-only": "CacheProvenance",
 }
 
 

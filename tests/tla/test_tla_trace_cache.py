@@ -9,12 +9,14 @@ evicted entry is one the next Lookup of its key probes past.
 
 - Runs through the manual worker and the threaded worker, several requests
   revisiting keys, a ``mark_miss`` of a recalled key, entries expiring on a
-  clock the test advances, an entry evicted by the bound, a failed call:
-  ACCEPTED.
+  clock the test advances, an entry evicted by the bound, a failed call, and
+  (manual run) a ``mark_miss`` of a key no request holds any more whose
+  "stored" is remembered: ACCEPTED.
 - The same manual run on each cache mutant core of
   tests/mutants/test_cache_mutants.py (one keeps an entry ``mark_miss``
-  should forget, one remembers a failure's MISS): REJECTED, and the
-  rejection names the event that shows the defect.
+  should forget, one keeps it only for a key without a state, one remembers
+  a failure's MISS): REJECTED, and the rejection names the event that shows
+  the defect.
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ def manual_run(manager_class: type[AsyncLookupManager] = AsyncLookupManager) -> 
     m.lookup_chain([K3, K1], R4)  # K3 from memory, K1 probed
     answer_all(m, w)
     m.cleanup("r4")
+    m.mark_miss([K3, K2])  # no state: K3's remembered "stored" (its load failed) is forgotten; K2 was evicted
+    m.lookup(K3, R1)  # probed, not served from memory
+    answer_all(m, w)
+    m.cleanup("r1")
     m.shutdown()
     return events
 
@@ -185,6 +191,14 @@ def test_the_manual_run_exercises_the_cache() -> None:
     assert {e["key"] for e in probed_again} == {K1.hex(), K2.hex(), K3.hex(), K4.hex()}
     chain = [e for e in events if e["action"] == "Lookup" and "index" in e]  # the walk's lookups
     assert [(e["key"], e["phase"]) for e in chain] == [(K3.hex(), "RESOLVED"), (K1.hex(), "PENDING")]
+    unheld = next(e for e in events if e["action"] == "MarkMiss" and e["keys"] == [K3.hex(), K2.hex()])
+    last = next(e for e in reversed(events[: events.index(unheld)]) if (e["seq"], K3.hex()) in after)
+    assert last["action"] == "Cleanup"  # K3 lost its state there, its "stored" still remembered
+    k3_then, k3_marked = after[(last["seq"], K3.hex())], after[(unheld["seq"], K3.hex())]
+    assert (k3_then["phase"], k3_then["remembered"]) == ("ABSENT", True)
+    assert (k3_marked["phase"], k3_marked["remembered"]) == ("ABSENT", None)  # forgotten
+    asked = [e for e in events[events.index(unheld) :] if e["action"] == "Lookup"]
+    assert [(e["key"], e["phase"]) for e in asked] == [(K3.hex(), "PENDING")]
 
 
 def test_a_cached_trace_sets_cache_on_and_an_uncached_one_does_not() -> None:
@@ -215,6 +229,7 @@ def test_a_recall_of_another_verdict_is_rejected(tmp_path: Path) -> None:
 #: Per cache mutant, the event whose recorded entry shows the defect.
 CULPRIT = {
     "cache-keeps-marked-miss": lambda e: e["action"] == "MarkMiss",
+    "cache-forgets-live-only": lambda e: e["action"] == "MarkMiss" and e["keys"] == [K3.hex(), K2.hex()],
     "cache-remembers-failure": lambda e: e["action"] == "Drain" and e["failure"] is not None,
 }
 
