@@ -80,6 +80,8 @@ ENGINES = (1, 10, 20, 30, 50, 100, 1000)
 #: runs it against the issue's targets).
 DEFAULT_MODES = ("per-key", "chain", "window", "inferred")
 SEEDS = (1, 2, 3, 4, 5)
+#: (window, warm-up, engines simulated at most): the full run's and --quick's.
+FULL_RUN, QUICK_RUN = (12.0, 4.0, 50), (4.0, 3.0, 25)
 QUICK_SEEDS = (1, 2)
 #: A split round lasts S3's split time, in hours.
 ROUND_H = StoreParams().split_after_s / 3600
@@ -251,7 +253,7 @@ def _realtime(args: argparse.Namespace, runs: Runs, base: dict[str, Any]) -> lis
 
 def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     """Run every section under every seed, printing as they come; the results record."""
-    window_s, warmup_s, max_sim = (4.0, 3.0, 25) if args.quick else (12.0, 4.0, 50)
+    window_s, warmup_s, max_sim = QUICK_RUN if args.quick else FULL_RUN
     seeds = list(args.seeds)
     started = time.perf_counter()
     date = datetime.datetime.now(datetime.timezone.utc)
