@@ -19,6 +19,11 @@ between 10 and 20) and each seed, on a virtual clock:
   scaled down to match (``bench/fleet/sim.py``), so the table shows what
   the scaling above ``max_sim_engines`` changes.
 
+``--verdict-cache HIT_TTL_S`` gives the ``cached`` mode (when ``--modes``
+or ``--realtime-modes`` names it) a hit TTL other than its default's
+(``bench.fleet.modes.DEFAULT_VERDICT_CACHE``); its runs warm up that long
+and more before their window (``bench/fleet/sim.py``).
+
 Every table gives each figure as ``median [min-max]`` over the seeds.
 ``--quick`` simulates at most 25 engines for 4 virtual seconds under 2
 seeds; the full run 50 engines for 12 s under 5 seeds (the wall time it
@@ -47,7 +52,7 @@ from typing import Any
 from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import dumps
 from bench.fleet import realtime
-from bench.fleet.modes import DEFAULT_VERDICT_CACHE, MODES
+from bench.fleet.modes import CACHE_WARMUP_MARGIN_S, DEFAULT_VERDICT_CACHE, MODES
 from bench.fleet.params import BackendParams, StoreParams, WorkloadParams
 from bench.fleet.report import header, plot, row, tables
 from bench.fleet.sim import Scenario, run
@@ -310,7 +315,8 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     _print_tables(record)
     print(
         f"\n{len(runs)} runs in {wall:.0f} s; window {window_s:g} s (longer for small fleets: >= 50 requests) "
-        f"after {warmup_s:g} s warm-up; 'sim' = engines simulated (store limit scaled by sim/E above that); "
+        f"after {warmup_s:g} s warm-up (cached: its hit TTL + {CACHE_WARMUP_MARGIN_S:g} s); "
+        "'sim' = engines simulated (store limit scaled by sim/E above that); "
         "'found' = stored blocks answered stored; $/h at $0.0004 per 1,000 billed HEADs (503s are not billed) "
         "and $0.005 per 1,000 PUTs"
     )
