@@ -4,11 +4,12 @@ For each fleet size E (1, 10, 20, 30, 50, 100, 1,000: throttling begins
 between 10 and 20) and each seed, on a virtual clock:
 
 * **the grid**, on a **new prefix** (1 partition: S3 before any split): the
-  three scheduler modes (``per-key``, ``chain``, ``window``), each with the
+  scheduler modes (:data:`DEFAULT_MODES`: ``per-key``, ``chain``, ``window``,
+  ``inferred``; ``--modes`` picks others, ``cached`` among them), each with the
   object backend's retries and without; on a **split prefix** (as many
   partitions as the per-key load needs at half the limit: where S3 ends up
   after its splits, or what AWS support can pre-partition; none for a fleet
-  one partition serves): the three modes with retries, and ``per-key`` with
+  one partition serves): the modes with retries, and ``per-key`` with
   the backend's former first-come-first-served pool (``fifo``) instead of its
   pool that serves groups in turn (``fair``);
 * **a new prefix in real time** (``bench/fleet/realtime.py``): S3's split
@@ -17,6 +18,11 @@ between 10 and 20) and each seed, on a virtual clock:
   the same fleet unscaled and simulated by fewer engines against a store
   scaled down to match (``bench/fleet/sim.py``), so the table shows what
   the scaling above ``max_sim_engines`` changes.
+
+``--verdict-cache HIT_TTL_S`` gives the ``cached`` mode (when ``--modes``
+or ``--realtime-modes`` names it) a hit TTL other than its default's
+(``bench.fleet.modes.DEFAULT_VERDICT_CACHE``); its runs warm up that long
+and more before their window (``bench/fleet/sim.py``).
 
 Every table gives each figure as ``median [min-max]`` over the seeds.
 ``--quick`` simulates at most 25 engines for 4 virtual seconds under 2
@@ -46,21 +52,41 @@ from typing import Any
 from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import dumps
 from bench.fleet import realtime
-from bench.fleet.modes import MODES
+from bench.fleet.modes import CACHE_WARMUP_MARGIN_S, DEFAULT_VERDICT_CACHE, MODES
 from bench.fleet.params import BackendParams, StoreParams, WorkloadParams
 from bench.fleet.report import header, plot, row, tables
 from bench.fleet.sim import Scenario, run
 from bench.fleet.spread import fold
 from kvprobe.statemachine.types import KvprobeError
+from kvprobe.statemachine.verdict_cache import VerdictCache
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH, window_growth
 
-__all__ = ["Runs", "grid", "header", "main", "row", "scaling_grid", "split_dynamics", "split_partitions"]
+__all__ = [
+    "DEFAULT_MODES",
+    "Runs",
+    "grid",
+    "header",
+    "main",
+    "row",
+    "scaling_grid",
+    "scenario_fields",
+    "split_dynamics",
+    "split_partitions",
+    "verdict_cache",
+]
 
 #: Split dynamics run with S3's 30-minute split time divided by this.
 COMPRESSION = 900.0
 
 ENGINES = (1, 10, 20, 30, 50, 100, 1000)
+#: The modes a run without ``--modes`` simulates: every mode but ``cached``,
+#: whose warm-up of a minute and more (its hit TTL) would multiply the full
+#: run's time; ``--modes ... cached`` adds it (``python -m bench.fleet.targets``
+#: runs it against the issue's targets).
+DEFAULT_MODES = ("per-key", "chain", "window", "inferred")
 SEEDS = (1, 2, 3, 4, 5)
+#: (window, warm-up, engines simulated at most): the full run's and --quick's.
+FULL_RUN, QUICK_RUN = (12.0, 4.0, 50), (4.0, 3.0, 25)
 QUICK_SEEDS = (1, 2)
 #: A split round lasts S3's split time, in hours.
 ROUND_H = StoreParams().split_after_s / 3600
@@ -81,6 +107,16 @@ def split_partitions(engines: int, store: StoreParams, workload: WorkloadParams)
     return int(2 ** max(0, math.ceil(math.log2(max(1.0, load / (0.5 * store.head_limit_per_s))))))
 
 
+def verdict_cache(hit_ttl_s: float) -> VerdictCache:
+    """:data:`DEFAULT_VERDICT_CACHE` remembering stored verdicts for ``hit_ttl_s`` (``--verdict-cache``).
+
+    Raises:
+        InvalidValueError: ``hit_ttl_s`` is negative, not finite, or 0 (a
+            cache that remembers nothing: misses are never remembered).
+    """
+    return dataclasses.replace(DEFAULT_VERDICT_CACHE, hit_ttl_s=hit_ttl_s)
+
+
 def grid(
     engines: Sequence[int],
     *,
@@ -90,27 +126,30 @@ def grid(
     seed: int,
     paced: bool = False,
     chain_growth: float = 2.0,
+    modes: Sequence[str] = DEFAULT_MODES,
+    cache: VerdictCache | None = None,
 ) -> list[Scenario]:
-    """The grid's scenarios under one seed (see the module docstring)."""
+    """The grid's scenarios under one seed, for ``modes`` (see the module docstring); ``cache`` for ``cached``."""
     out = []
     store, workload = StoreParams(), WorkloadParams()
     for e in engines:
-        common = _common(e, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seed, paced=paced)
+        common = scenario_fields(e, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seed, paced=paced)
         common["chain_growth"] = chain_growth
-        for mode in MODES:
+        common["verdict_cache"] = cache
+        for mode in modes:
             for retry in (True, False):
                 out.append(Scenario(mode=mode, retry=retry, partitions=1, **common))
         split = split_partitions(e, store, workload)
         if split == 1:
             continue  # a new prefix already serves this fleet
-        for mode in MODES:
+        for mode in modes:
             out.append(Scenario(mode=mode, retry=True, partitions=split, store_label="split", **common))
         # The pool the backend had before it served groups in turn.
         out.append(Scenario(mode="per-key", retry=True, partitions=split, store_label="split", fair=False, **common))
     return out
 
 
-def _common(
+def scenario_fields(
     engines: int, *, window_s: float, warmup_s: float, max_sim: int, seed: int, paced: bool = False
 ) -> dict[str, Any]:
     # Small fleets get a longer window, so every run follows >= 50 requests.
@@ -131,7 +170,7 @@ def scaling_grid(engines: int, *, window_s: float, warmup_s: float, seed: int, p
     out = []
     for partitions, label in ((1, "new"), (split, "split")):
         for sim in sims:
-            common = _common(engines, window_s=window_s, warmup_s=warmup_s, max_sim=sim, seed=seed, paced=paced)
+            common = scenario_fields(engines, window_s=window_s, warmup_s=warmup_s, max_sim=sim, seed=seed, paced=paced)
             out.append(Scenario(mode="per-key", partitions=partitions, store_label=label, **common))
     return out
 
@@ -208,7 +247,8 @@ def _realtime(args: argparse.Namespace, runs: Runs, base: dict[str, Any]) -> lis
         for mode in args.realtime_modes:
             by_seed = []
             for seed in args.seeds:
-                sc = Scenario(mode=mode, chain_growth=args.chain_growth, **_common(e, **base, seed=seed))
+                fields = scenario_fields(e, **base, seed=seed)
+                sc = Scenario(mode=mode, chain_growth=args.chain_growth, verdict_cache=args.cache, **fields)
                 by_seed.append(realtime.summary(realtime.follow(sc, runs), ROUND_H, HORIZON_H))
             out.append({"engines": e, "mode": mode, "seeds": list(args.seeds), "by_seed": by_seed})
             paths = "; ".join("\u2192".join(map(str, s["partitions"])) for s in by_seed)
@@ -218,7 +258,7 @@ def _realtime(args: argparse.Namespace, runs: Runs, base: dict[str, Any]) -> lis
 
 def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     """Run every section under every seed, printing as they come; the results record."""
-    window_s, warmup_s, max_sim = (4.0, 3.0, 25) if args.quick else (12.0, 4.0, 50)
+    window_s, warmup_s, max_sim = QUICK_RUN if args.quick else FULL_RUN
     seeds = list(args.seeds)
     started = time.perf_counter()
     date = datetime.datetime.now(datetime.timezone.utc)
@@ -233,6 +273,8 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
         seed=seeds[0],
         paced=args.paced,
         chain_growth=args.chain_growth,
+        modes=args.modes,
+        cache=args.cache,
     ):
         rows += runs.folded([sc], seeds)
         print(row(rows[-1]), flush=True)
@@ -273,7 +315,8 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     _print_tables(record)
     print(
         f"\n{len(runs)} runs in {wall:.0f} s; window {window_s:g} s (longer for small fleets: >= 50 requests) "
-        f"after {warmup_s:g} s warm-up; 'sim' = engines simulated (store limit scaled by sim/E above that); "
+        f"after {warmup_s:g} s warm-up (cached: its hit TTL + {CACHE_WARMUP_MARGIN_S:g} s); "
+        "'sim' = engines simulated (store limit scaled by sim/E above that); "
         "'found' = stored blocks answered stored; $/h at $0.0004 per 1,000 billed HEADs (503s are not billed) "
         "and $0.005 per 1,000 PUTs"
     )
@@ -287,8 +330,12 @@ def _options(args: argparse.Namespace) -> str:
         out += " --engines " + " ".join(map(str, args.engines))
     if list(args.seeds) != list(QUICK_SEEDS if args.quick else SEEDS):
         out += " --seeds " + " ".join(map(str, args.seeds))
-    if list(args.realtime_modes) != list(MODES):
+    if list(args.modes) != list(DEFAULT_MODES):
+        out += " --modes " + " ".join(args.modes)
+    if list(args.realtime_modes) != list(DEFAULT_MODES):
         out += " --realtime-modes " + " ".join(args.realtime_modes)
+    if args.cache is not None:
+        out += f" --verdict-cache {args.cache.hit_ttl_s:g}"
     if args.chain_growth != DEFAULT_CHAIN_WINDOW_GROWTH:
         out += f" --chain-growth {args.chain_growth:g}"
     return out + (" --compressed" if args.compressed else "") + (" --paced" if args.paced else "")
@@ -316,8 +363,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="25 simulated engines, 4 virtual seconds, 2 seeds")
     parser.add_argument("--engines", type=int, nargs="+", default=list(ENGINES))
     parser.add_argument("--seeds", type=int, nargs="+", help=f"default {list(SEEDS)} ({list(QUICK_SEEDS)} quick)")
+    for flag, what in (("--modes", "the grid's modes"), ("--realtime-modes", "modes followed in real time")):
+        parser.add_argument(flag, nargs="+", choices=list(MODES), default=list(DEFAULT_MODES), help=what)
     parser.add_argument(
-        "--realtime-modes", nargs="+", choices=list(MODES), default=list(MODES), help="modes followed in real time"
+        "--verdict-cache",
+        type=float,
+        metavar="HIT_TTL_S",
+        help="the cached mode remembers stored verdicts this long (default "
+        f"{DEFAULT_VERDICT_CACHE.hit_ttl_s:g}; misses never); needs cached in --modes or --realtime-modes",
     )
     parser.add_argument(
         "--paced", action="store_true", help="the backend paces its HEADs (today's backend; default: as before it did)"
@@ -346,6 +399,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         window_growth(args.chain_growth)
     except KvprobeError as exc:
         parser.error(f"--chain-growth: {exc}")
+    args.cache = None
+    if args.verdict_cache is not None:
+        if "cached" not in args.modes + args.realtime_modes:
+            parser.error("--verdict-cache sets the cached mode's cache: add cached to --modes or --realtime-modes")
+        try:
+            args.cache = verdict_cache(args.verdict_cache)
+        except KvprobeError as exc:
+            parser.error(f"--verdict-cache: {exc}")
     if len(set(args.seeds)) != len(args.seeds) or any(e < 1 for e in args.engines):
         parser.error(f"seeds must differ and engines be >= 1, got seeds {args.seeds}, engines {args.engines}")
     json_path, plot_path = (DOCS_JSON, DOCS_PLOT) if args.update_docs else (args.json, args.plot)

@@ -66,6 +66,10 @@ class Fleet:
         self.heads_sent = 0
         self.counts: dict[str, int] = {}
 
+    def clock(self) -> float:
+        """The virtual time (what a core's verdict memory reads)."""
+        return self.now
+
     def accepting(self, now: float) -> bool:
         """Requests keep arriving until the window is over and every tracked request is answered."""
         return now < self.track_to or self.tracked_open > 0
@@ -233,7 +237,7 @@ class Engine:
         self.w = wparams
         self.rng = rng
         self.lazy = lazy  # False: step (and ask every waiting request) at every step
-        self.core = mode.new_core()
+        self.core = mode.new_core(fleet.clock)
         self.backend = SimObjBackend(fleet, backend, rng, self._published, fair=fair)
         self.phase = rng.uniform(0.0, wparams.step_s)  # engines do not step in lockstep
         self.waiting: dict[str, Request] = {}

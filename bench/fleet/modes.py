@@ -6,8 +6,13 @@ and, with ``lazy=False``, at every step); the mode asks the engine's core
 and says when the request is decided.  A mode is anything with:
 
 * ``name``: what the reports call it;
-* ``new_core()``: the :class:`LookupCore` the engine runs (a mode that needs
-  a core configured otherwise, a verdict cache say, returns that one);
+* ``new_core(clock)``: the :class:`LookupCore` the engine runs (a mode that
+  needs a core configured otherwise, a verdict cache say, returns that one);
+  ``clock`` reads the fleet's virtual time (``Fleet.now``), for a core whose
+  memory reads the time;
+* ``warmup_s``: the virtual time the fleet must run before its tracked
+  window for this mode to be in steady state (0 for a mode without memory:
+  ``Scenario.warmup_s`` rules; ``sim.run`` takes the larger);
 * ``ask(core, req)``: ask about ``req``; the number of its leading blocks
   known stored once that is decided (its first block known not stored, or
   the end of the prompt), else None (the engine asks again later).
@@ -32,7 +37,20 @@ The modes here:
   without asking.  The simulated tier is not prefix-closed for every prompt
   (a returning conversation's own blocks can outlive the shared prefix
   before them), and this simulation never calls ``mark_miss``, so where the
-  assumption breaks the answer is too long: counted ``answers_above_truth``.
+  assumption breaks the answer is too long: counted ``answers_above_truth``;
+* ``cached``: the ``chain`` mode (exact walk) on a core holding a
+  :class:`VerdictMemory` on the fleet's virtual clock, as
+  ``AsyncLookupManager(verdict_cache=...)`` gives its core one on
+  ``time.monotonic``: a key answered stored within the hit TTL, for any
+  request of the engine, is answered from memory without a HEAD.  The
+  simulated tier only grows (nothing is ever evicted from it), so a
+  remembered "stored" is never stale here: ``answers_above_truth`` is
+  counted as for every mode and stays 0.  A cache only pays in steady
+  state, so this mode asks for a warm-up of its hit TTL plus
+  :data:`CACHE_WARMUP_MARGIN_S` (``warmup_s``): by the tracked window,
+  every entry was remembered in the run, and the first ones have expired
+  and been asked again, as in a long-running fleet.  Requests arriving
+  during the warm-up are not tracked (``Fleet.track_from``).
 
 Lazy asking, exact.  The core guarantees that a request asking again about
 keys it already waits on changes nothing (``LookupCore.lookup``: "the same
@@ -56,10 +74,39 @@ from bench.fleet.workload import Prompt
 from kvprobe.statemachine.core import LookupCore
 from kvprobe.statemachine.inferred import EXACT, INFERRED
 from kvprobe.statemachine.records import ProbeState
-from kvprobe.statemachine.types import ReqContext
+from kvprobe.statemachine.types import InvalidInputError, ReqContext
+from kvprobe.statemachine.verdict_cache import VerdictCache, VerdictMemory
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH, window_growth
 
-__all__ = ["MODES", "Chain", "LookupMode", "PerKey", "Request", "Window", "make_mode"]
+__all__ = [
+    "CACHE_WARMUP_MARGIN_S",
+    "DEFAULT_VERDICT_CACHE",
+    "MODES",
+    "Cached",
+    "Chain",
+    "Clock",
+    "LookupMode",
+    "PerKey",
+    "Request",
+    "Window",
+    "make_mode",
+]
+
+Clock = Callable[[], float]
+
+#: The ``cached`` mode's verdict cache unless told otherwise
+#: (``make_mode(verdict_cache=...)``, ``python -m bench.fleet --verdict-cache``).
+#: Misses are not remembered (``miss_ttl_s=0``): a block missing now is
+#: likely written soon (the engine computes and writes it).  Hits for 60 s:
+#: a shared prefix comes back to an engine about once a minute on this
+#: workload (``WorkloadParams``: 0.5 requests/s x 50 % shared / 16 prefixes =
+#: one request per prefix every 64 s), so most returns find its blocks
+#: remembered.  200,000 entries hold every shared prefix (16 x at most 2,048
+#: blocks) and a minute of an engine's own stored blocks with room to spare.
+DEFAULT_VERDICT_CACHE = VerdictCache(max_entries=200_000, hit_ttl_s=60.0, miss_ttl_s=0.0)
+#: Warm-up beyond the cache's longest TTL: the requests of the last second
+#: before the window are answered (their HEADs come back) before it starts.
+CACHE_WARMUP_MARGIN_S = 5.0
 
 
 @dataclass(eq=False)
@@ -83,8 +130,13 @@ class LookupMode(Protocol):
 
     name: str
 
-    def new_core(self) -> LookupCore:
-        """The core an engine with this mode runs."""
+    @property
+    def warmup_s(self) -> float:
+        """Virtual seconds the fleet runs before its tracked window, at least (0: no memory to warm)."""
+        ...
+
+    def new_core(self, clock: Clock) -> LookupCore:
+        """The core an engine with this mode runs; ``clock`` reads the fleet's virtual time."""
         ...
 
     def ask(self, core: LookupCore, req: Request) -> int | None:
@@ -96,11 +148,12 @@ class _ReadsStates:
     """A mode that registers keys through the core, then reads the states the core listed for the request."""
 
     name = ""
+    warmup_s = 0.0
 
     def __init__(self, lazy: bool = True) -> None:
         self.lazy = lazy
 
-    def new_core(self) -> LookupCore:
+    def new_core(self, clock: Clock) -> LookupCore:
         return LookupCore()
 
     def _first(self, n: int) -> int:
@@ -183,7 +236,12 @@ class Chain:
         #: How each window grows on the one before (``chain_window_growth``).
         self.growth = DEFAULT_CHAIN_WINDOW_GROWTH
 
-    def new_core(self) -> LookupCore:
+    @property
+    def warmup_s(self) -> float:
+        """No memory to warm: the scenario's warm-up rules."""
+        return 0.0
+
+    def new_core(self, clock: Clock) -> LookupCore:
         # The manager's default window and the walk it is given
         # (AsyncLookupManager sets both on its core; a bare core walks the
         # whole chain at once).
@@ -204,30 +262,67 @@ class Chain:
         return hits
 
 
+class Cached(Chain):
+    """The ``chain`` mode's exact walk on a core that remembers verdicts across requests (``verdict_cache``)."""
+
+    def __init__(self, cache: VerdictCache = DEFAULT_VERDICT_CACHE) -> None:
+        super().__init__(EXACT)
+        self.name = "cached"
+        #: The configuration each engine's core gets its own memory of.
+        self.cache = cache
+
+    @property
+    def warmup_s(self) -> float:
+        """The longest TTL plus :data:`CACHE_WARMUP_MARGIN_S`: the cache in steady state by the window."""
+        return max(self.cache.hit_ttl_s, self.cache.miss_ttl_s) + CACHE_WARMUP_MARGIN_S
+
+    def new_core(self, clock: Clock) -> LookupCore:
+        # As AsyncLookupManager(verdict_cache=...): the core holds a memory
+        # of the configuration, on the clock it is given (the virtual one).
+        core = super().new_core(clock)
+        core.memory = VerdictMemory(self.cache, clock)
+        return core
+
+
 #: The modes by name: a factory taking (lazy, window0).
 MODES: dict[str, Callable[[bool, int], LookupMode]] = {
     "per-key": lambda lazy, window0: PerKey(lazy),
     "chain": lambda lazy, window0: Chain(),
     "window": lambda lazy, window0: Window(lazy, window0),
     "inferred": lambda lazy, window0: Chain(INFERRED),
+    "cached": lambda lazy, window0: Cached(),
 }
 
 
 def make_mode(
-    name: str, *, lazy: bool = True, window0: int = 32, chain_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH
+    name: str,
+    *,
+    lazy: bool = True,
+    window0: int = 32,
+    chain_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH,
+    verdict_cache: VerdictCache | None = None,
 ) -> LookupMode:
     """The mode called ``name``; a chain walk's windows grow by ``chain_growth``.
+
+    ``verdict_cache`` replaces the ``cached`` mode's
+    :data:`DEFAULT_VERDICT_CACHE`; modes without memory ignore it (so one
+    setting can be given to a whole grid).
 
     Raises:
         ValueError: no mode has that name, or ``window0`` < 1.
         InvalidInputError, InvalidValueError: ``chain_growth`` is not a growth
-            ``AsyncLookupManager`` accepts (checked for every mode).
+            ``AsyncLookupManager`` accepts (checked for every mode), or
+            ``verdict_cache`` is not a ``VerdictCache``.
     """
     factory = MODES.get(name)
     if factory is None:
         raise ValueError(f"mode must be one of {tuple(MODES)}, got {name!r}")
     growth = window_growth(chain_growth)
+    if verdict_cache is not None and not isinstance(verdict_cache, VerdictCache):
+        raise InvalidInputError(f"verdict_cache must be a VerdictCache, got {type(verdict_cache).__name__}")
     mode = factory(lazy, window0)
     if isinstance(mode, Chain):
         mode.growth = growth
+    if isinstance(mode, Cached) and verdict_cache is not None:
+        mode.cache = verdict_cache
     return mode

@@ -175,6 +175,7 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     # chain draws hollow and smaller: in runs before its windows it lay on per-key.
     looks = {"per-key": ("o", 8, None), "chain": ("s", 5, "none"), "window": ("d", 7, None), "inferred": ("^", 7, None)}
+    looks["cached"] = ("v", 7, None)  # drawn only when --modes asks for it
     panels = (
         ("heads_per_s", 1.0, "HEADs/s at the store (throttled included)"),
         ("throttled_fraction", 100.0, "% of HEADs answered 503 SlowDown"),

@@ -13,7 +13,13 @@ scaled run agrees with the unscaled one at the same total load, and the
 full report's scaling table shows it at 100 engines.
 Virtual time is short (``warmup_s`` + ``window_s``): requests arriving in
 the window are followed until answered (arrivals go on meanwhile), and the
-store's load is measured over the window.
+store's load is measured over the window.  A mode with memory (``cached``:
+a verdict cache) warms up at least its ``warmup_s`` (the hit TTL plus a
+margin), whatever ``Scenario.warmup_s`` says: requests arriving during the
+warm-up are served but not tracked, so the window sees the cache in steady
+state.  The figures' ``warmup_s`` is the warm-up run; ``cache`` sums the
+engines' verdict-memory counters over the window (None without memory) and
+``cache_per_request`` divides them by the tracked requests.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.fleet.engine import Engine, Fleet
-from bench.fleet.modes import make_mode
+from bench.fleet.modes import LookupMode, make_mode
 from bench.fleet.params import (
     HEAD_DOLLARS_PER_HOUR,
     PUT_PRICE_PER_1000,
@@ -40,8 +46,12 @@ from bench.fleet.params import (
 )
 from bench.fleet.store import S3Model
 from bench.fleet.workload import Tier, Workload
+from kvprobe.statemachine.verdict_cache import VerdictCache
 
-__all__ = ["Scenario", "run"]
+__all__ = ["CACHE_COUNTERS", "Scenario", "run"]
+
+#: The verdict-memory counters the figures report (``VerdictMemory``).
+CACHE_COUNTERS = ("recalled", "remembered", "expired", "evicted")
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,9 @@ class Scenario:
     #: How the ``chain`` modes' windows grow (``chain_window_growth``).
     chain_growth: float = 2.0
     lazy: bool = True
+    #: The ``cached`` mode's verdict cache (None: ``DEFAULT_VERDICT_CACHE``;
+    #: the other modes ignore it).
+    verdict_cache: VerdictCache | None = None
     #: The backend's pool serves concurrent groups in turn (False: FIFO).
     fair: bool = True
     #: Run on after the tracked requests are answered until nothing is left
@@ -90,7 +103,8 @@ def run(sc: Scenario) -> dict[str, Any]:
     )
     backend = sc.backend if sc.retry else dataclasses.replace(sc.backend, retry=None)
     rng = random.Random(sc.seed)
-    track_from, track_to = sc.warmup_s, sc.warmup_s + sc.window_s
+    warmup = max(sc.warmup_s, _mode(sc).warmup_s)
+    track_from, track_to = warmup, warmup + sc.window_s
     store = S3Model(store_params, random.Random(rng.random()), track_from, track_to)
     tier = Tier()
     shared = Workload.shared_prefixes(sc.workload, tier, random.Random(rng.random()))
@@ -106,11 +120,19 @@ def run(sc: Scenario) -> dict[str, Any]:
     for i in range(sim_engines):
         erng = random.Random(rng.random())
         workload = Workload(sc.workload, shared, tier, random.Random(erng.random()))
-        mode = make_mode(sc.mode, lazy=sc.lazy, window0=sc.window0, chain_growth=sc.chain_growth)
+        mode = _mode(sc)
         engine = Engine(i, fleet, mode, workload, sc.workload, backend, erng, lazy=sc.lazy, fair=sc.fair)
         engines.append(engine)
         engine.start()
 
+    # The engines' cache counters when the window opens and closes (the
+    # close is read after the loop if the run stops first: nothing ran past
+    # it).  Only with memory: other modes' runs keep their events unchanged.
+    remembers = any(e.core.memory is not None for e in engines)
+    marks: list[dict[str, int]] = []
+    if remembers:
+        schedule(track_from, lambda at: marks.append(_cache_counts(engines)))
+        schedule(track_to, lambda at: marks.append(_cache_counts(engines)))
     started = time.perf_counter()
     handled = 0
     hard_stop = track_to + 120.0
@@ -127,7 +149,29 @@ def run(sc: Scenario) -> dict[str, Any]:
         handled += 1
     store.finish()
     wall = time.perf_counter() - started
-    return _figures(sc, fleet, store, engines, sim_engines, scale, handled, wall)
+    while len(marks) < 2:
+        marks.append(_cache_counts(engines))
+    figures = _figures(sc, fleet, store, engines, sim_engines, scale, handled, wall)
+    figures["warmup_s"] = warmup
+    cache = {name: marks[1][name] - marks[0][name] for name in CACHE_COUNTERS} if remembers else None
+    figures["cache"] = cache
+    requests = figures["requests"]
+    figures["cache_per_request"] = (
+        None if cache is None else {name: value / requests if requests else math.nan for name, value in cache.items()}
+    )
+    return figures
+
+
+def _mode(sc: Scenario) -> LookupMode:
+    return make_mode(
+        sc.mode, lazy=sc.lazy, window0=sc.window0, chain_growth=sc.chain_growth, verdict_cache=sc.verdict_cache
+    )
+
+
+def _cache_counts(engines: list[Engine]) -> dict[str, int]:
+    """The engines' verdict-memory counters, summed (0 for engines without memory)."""
+    memories = [e.core.memory for e in engines if e.core.memory is not None]
+    return {name: sum(getattr(m, name) for m in memories) for name in CACHE_COUNTERS}
 
 
 def _figures(

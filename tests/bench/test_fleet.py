@@ -36,7 +36,7 @@ def _limit(per_s: float) -> StoreParams:
     return StoreParams(head_limit_per_s=per_s)
 
 
-@pytest.mark.parametrize("mode", ["per-key", "chain", "window"])
+@pytest.mark.parametrize("mode", ["per-key", "chain", "window", "cached"])
 @pytest.mark.parametrize("retry", [True, False])
 def test_conservation_every_lookup_answered_every_head_counted_nothing_left(mode: str, retry: bool) -> None:
     r = _run(mode=mode, retry=retry, store=_limit(1000), drain=True)
@@ -53,7 +53,7 @@ def test_conservation_every_lookup_answered_every_head_counted_nothing_left(mode
     assert r["answers_above_truth"] == 0
 
 
-@pytest.mark.parametrize("mode", ["per-key", "chain", "window"])
+@pytest.mark.parametrize("mode", ["per-key", "chain", "window", "cached"])
 def test_without_throttling_every_stored_block_is_found(mode: str) -> None:
     r = _run(mode=mode, store=_limit(1e9))
     assert r["throttled_fraction"] == 0.0

@@ -20,9 +20,9 @@ from kvprobe.statemachine import InvalidInputError, InvalidValueError
 @pytest.mark.parametrize("name", ["chain", "inferred"])
 def test_the_chain_modes_walk_with_the_growth_given(name: str) -> None:
     mode = make_mode(name, chain_growth=1.5)
-    assert isinstance(mode, Chain) and mode.new_core().chain_window_growth == 1.5
+    assert isinstance(mode, Chain) and mode.new_core(lambda: 0.0).chain_window_growth == 1.5
     default = make_mode(name)
-    assert isinstance(default, Chain) and default.new_core().chain_window_growth == 2.0
+    assert isinstance(default, Chain) and default.new_core(lambda: 0.0).chain_window_growth == 2.0
 
 
 def test_a_bad_growth_is_refused_for_every_mode() -> None:

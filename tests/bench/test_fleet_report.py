@@ -12,7 +12,7 @@ import pytest
 
 from bench.common import DOCS_DIR
 from bench.fleet import realtime
-from bench.fleet.modes import MODES, Chain, PerKey, Window, make_mode
+from bench.fleet.modes import MODES, Cached, Chain, PerKey, Window, make_mode
 from bench.fleet.params import HEAD_DOLLARS_PER_HOUR, StoreParams, WorkloadParams
 from bench.fleet.report import tables
 from bench.fleet.sim import Scenario, run
@@ -124,6 +124,7 @@ def test_modes_are_made_by_name_and_bad_names_are_refused() -> None:
         "chain": Chain,
         "window": Window,
         "inferred": Chain,
+        "cached": Cached,
     }
     assert {name: make_mode(name).name for name in MODES} == {name: name for name in MODES}
     with pytest.raises(ValueError, match="mode must be one of"):

@@ -1,0 +1,237 @@
+"""``python -m bench.fleet.targets [--quick]``: issue 27's three simulated targets, per walk, over seeds.
+
+A fleet with memory across requests (the verdict cache, mode ``cached``) is
+held to three targets on the workload of ``docs/fleet.md`` (the full run's
+window, warm-up and simulated engines), with the paced backend as shipped:
+
+* **HEADs/request over ideal** <= 1.2: every HEAD sent (throttled ones
+  included) per tracked request, over the exact ideal (its stored blocks
+  plus the first one after them), at 100 engines on a split prefix (the
+  partitions ``bench.fleet``'s :func:`split_partitions` gives);
+* **found in the first 2 h** >= 60 %: 100 engines on a new prefix, followed
+  round by round (``bench/fleet/realtime.py``), the stored blocks found,
+  time-weighted over the first ``HORIZON_H`` hours;
+* **$/h** <= 150: the billed HEADs of 1,000 engines on a split prefix.
+
+Each configuration (the exact walk with growth 2 and 1.5, ``cached``,
+``inferred``) is run under every seed; a figure is shown as
+``median [min-max]`` and a target as met by ``all`` seeds, by the
+``median`` only, or ``no``.  ``--quick`` runs 25 engines for every target
+under 2 seeds on a short window: a check that the command works, whose
+verdicts say nothing about the issue's fleets.
+
+Results: ``bench/results/fleet_targets.json``; ``--update-docs`` writes
+``docs/data/fleet_targets.json`` instead (its table ``targets``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
+from bench.docdata import dumps
+from bench.fleet import realtime
+from bench.fleet.__main__ import (
+    FULL_RUN,
+    HORIZON_H,
+    QUICK_RUN,
+    QUICK_SEEDS,
+    ROUND_H,
+    SEEDS,
+    Runs,
+    scenario_fields,
+    split_partitions,
+)
+from bench.fleet.params import StoreParams, WorkloadParams
+from bench.fleet.sim import Scenario
+from bench.fleet.spread import cell, dollars, percent, span
+
+__all__ = ["CONFIGS", "TARGETS", "Config", "Target", "main", "measure"]
+
+JSON = str(RESULTS_DIR / "fleet_targets.json")
+DOCS_JSON = str(DOCS_DIR / "data" / "fleet_targets.json")
+#: The issue's fleets (``--quick``: 25 engines for every target).
+ENGINES, SPLIT_COST_ENGINES, QUICK_ENGINES = 100, 1000, 25
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of the fleet: a mode and the growth of its chain windows."""
+
+    label: str
+    mode: str
+    chain_growth: float = 2.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target: its figure's key, how a cell shows it, its bound and whether the bound is a ceiling."""
+
+    key: str
+    column: str
+    show: Callable[[float], str]
+    bound: float
+    ceiling: bool
+
+    def met(self, value: float) -> bool:
+        """Whether ``value`` meets the bound (a NaN never does)."""
+        return value <= self.bound if self.ceiling else value >= self.bound
+
+
+CONFIGS = (
+    Config("chain g=2", "chain"),
+    Config("chain g=1.5", "chain", 1.5),
+    Config("cached", "cached"),
+    Config("inferred", "inferred"),
+)
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}\u00d7"
+
+
+#: Each column names its fleet: ``{engines}`` (100) or ``{cost_engines}`` (1,000), 25 each with --quick.
+TARGETS = (
+    Target("heads_over_ideal", "HEADs/request over ideal ({engines} engines, split)", _ratio, 1.2, True),
+    Target("found_first_h", f"found in the first {HORIZON_H:g} h ({{engines}} engines, new)", percent, 0.6, False),
+    Target("split_cost_usd_per_h", "HEAD $/h ({cost_engines} engines, split)", dollars, 150.0, True),
+)
+
+
+def measure(config: Config, seed: int, runs: Runs, *, quick: bool) -> dict[str, Any]:
+    """The three targets' figures of ``config`` under ``seed``, and the cache counters per request (split run).
+
+    Raises:
+        ValueError: ``config.mode`` names no mode.
+    """
+    window_s, warmup_s, max_sim = QUICK_RUN if quick else FULL_RUN
+    engines, cost_engines = (QUICK_ENGINES, QUICK_ENGINES) if quick else (ENGINES, SPLIT_COST_ENGINES)
+    store, workload = StoreParams(), WorkloadParams()
+
+    def scenario(e: int) -> Scenario:
+        fields = scenario_fields(e, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seed, paced=True)
+        return Scenario(mode=config.mode, chain_growth=config.chain_growth, **fields)
+
+    split = runs(dataclasses.replace(scenario(engines), partitions=split_partitions(engines, store, workload)))
+    base = scenario(engines)
+    rounds = realtime.follow(base, runs)
+    costly = scenario(cost_engines)
+    cost = runs(dataclasses.replace(costly, partitions=split_partitions(cost_engines, store, workload)))
+    return {
+        "seed": seed,
+        "heads_over_ideal": split["heads_per_request"] / split["ideal_heads_per_request"],
+        "heads_per_request": split["heads_per_request"],
+        "ideal_heads_per_request": split["ideal_heads_per_request"],
+        "found_first_h": realtime.found_in_first(rounds, HORIZON_H, ROUND_H),
+        "partitions_by_round": [r["partitions_at_start"] for r in rounds],
+        "split_cost_usd_per_h": cost["cost_per_hour_usd"],
+        "cache_per_request": split["cache_per_request"],
+        "answers_above_truth": split["answers_above_truth"] + cost["answers_above_truth"],
+        "warmup_s": split["warmup_s"],
+    }
+
+
+def _verdict(target: Target, values: Sequence[float]) -> str:
+    if all(target.met(v) for v in values):
+        return "all"
+    return "median" if target.met(span(values)[0]) else "no"
+
+
+def _row(label: str, by_seed: Sequence[dict[str, Any]]) -> list[str]:
+    cells = [label]
+    for target in TARGETS:
+        values = [s[target.key] for s in by_seed]
+        cells.append(f"{cell(span(values)[0], values, target.show)} ({_verdict(target, values)})")
+    return cells
+
+
+def _table(configs: Sequence[dict[str, Any]], engines: int, cost_engines: int) -> dict[str, Any]:
+    columns = ["configuration"]
+    for t in TARGETS:
+        fleet = t.column.format(engines=f"{engines:,}", cost_engines=f"{cost_engines:,}")
+        columns.append(f"{fleet}: {'<=' if t.ceiling else '>='} {t.show(t.bound)}")
+    return {"columns": columns, "rows": [_row(c["label"], c["by_seed"]) for c in configs]}
+
+
+def simulate(seeds: Sequence[int], *, quick: bool) -> dict[str, Any]:
+    """Every configuration under every seed, printed as it comes; the results record."""
+    started = time.perf_counter()
+    date = datetime.datetime.now(datetime.timezone.utc)
+    runs = Runs()
+    configs = []
+    for config in CONFIGS:
+        by_seed = [measure(config, seed, runs, quick=quick) for seed in seeds]
+        configs.append({**dataclasses.asdict(config), "by_seed": by_seed})
+        print(" | ".join(_row(config.label, by_seed)), flush=True)
+    window_s, warmup_s, max_sim = QUICK_RUN if quick else FULL_RUN
+    load = load_average()
+    wall = time.perf_counter() - started
+    record: dict[str, Any] = {
+        "title": "Issue 27's simulated targets" + (" (quick)" if quick else ""),
+        "date": f"{date:%Y-%m-%d %H:%M} UTC",
+        "machine": {**machine(), "load": "not recorded" if load is None else f"{load[0]} at the end"},
+        "command": "python -m bench.fleet.targets" + (" --quick" if quick else "") + _seeds_option(seeds, quick),
+        "note": f"{len(seeds)} seeds, {len(runs)} runs, {wall / 60:.1f} min",
+        "source": "written by bench.fleet.targets (virtual time: the figures do not depend on the machine)",
+        "wall_s": wall,
+        "seeds": list(seeds),
+        "paced": True,
+        "window_s": window_s,
+        "warmup_s": warmup_s,
+        "max_sim_engines": max_sim,
+        "engines": QUICK_ENGINES if quick else ENGINES,
+        "split_cost_engines": QUICK_ENGINES if quick else SPLIT_COST_ENGINES,
+        "round_h": ROUND_H,
+        "horizon_h": HORIZON_H,
+        "targets": [{"key": t.key, "bound": t.bound, "ceiling": t.ceiling} for t in TARGETS],
+        "configurations": configs,
+    }
+    record["tables"] = {"targets": _table(configs, record["engines"], record["split_cost_engines"])}
+    return record
+
+
+def _seeds_option(seeds: Sequence[int], quick: bool) -> str:
+    default = QUICK_SEEDS if quick else SEEDS
+    return "" if list(seeds) == list(default) else " --seeds " + " ".join(map(str, seeds))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the targets, print their table, write the JSON.
+
+    Exits through the parser (status 2) on bad options: ``--update-docs``
+    with ``--quick``, or seeds repeated.
+    """
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet.targets", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="25 engines for every target, a short window, 2 seeds")
+    parser.add_argument("--seeds", type=int, nargs="+", help=f"default {list(SEEDS)} ({list(QUICK_SEEDS)} quick)")
+    parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
+    parser.add_argument("--update-docs", action="store_true", help=f"write {DOCS_JSON} instead (not with --quick)")
+    args = parser.parse_args(argv)
+    if args.update_docs and args.quick:
+        parser.error("--update-docs with --quick: a quick run's fleets are not the issue's")
+    seeds = list(args.seeds or (QUICK_SEEDS if args.quick else SEEDS))
+    if len(set(seeds)) != len(seeds):
+        parser.error(f"seeds must differ, got {seeds}")
+    record = simulate(seeds, quick=args.quick)
+    table = record["tables"]["targets"]
+    print("\n| " + " | ".join(table["columns"]) + " |")
+    for cells in table["rows"]:
+        print("| " + " | ".join(cells) + " |")
+    path = DOCS_JSON if args.update_docs else args.json
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(dumps(record))
+    print(f"\n{len(seeds)} seeds in {record['wall_s']:.0f} s; results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
