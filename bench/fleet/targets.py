@@ -1,4 +1,4 @@
-"""``python -m bench.fleet.targets [--quick]``: issue 27's three simulated targets, per walk, over seeds.
+"""``python -m bench.fleet.targets [--quick]``: the fleet's three simulated targets, per walk, over seeds.
 
 A fleet with memory across requests (the verdict cache, mode ``cached``) is
 held to three targets on the workload of ``docs/fleet.md`` (the full run's
@@ -13,8 +13,8 @@ window, warm-up and simulated engines), with the paced backend as shipped:
   time-weighted over the first ``HORIZON_H`` hours;
 * **$/h** <= 150: the billed HEADs of 1,000 engines on a split prefix.
 
-Each configuration (the exact walk with growth 2 and 1.5, ``cached``,
-``inferred``) is run under every seed; a figure is shown as
+Each configuration (the exact walk with growth 2 and 1.5, ``cached``
+with each growth, ``inferred``) is run under every seed; a figure is shown as
 ``median [min-max]`` and a target as met by ``all`` seeds, by the
 ``median`` only, or ``no``.  ``--quick`` runs 25 engines for every target
 under 2 seeds on a short window: a check that the command works, whose
@@ -90,6 +90,7 @@ CONFIGS = (
     Config("chain g=2", "chain"),
     Config("chain g=1.5", "chain", 1.5),
     Config("cached", "cached"),
+    Config("cached g=1.5", "cached", 1.5),
     Config("inferred", "inferred"),
 )
 
@@ -175,7 +176,7 @@ def simulate(seeds: Sequence[int], *, quick: bool) -> dict[str, Any]:
     load = load_average()
     wall = time.perf_counter() - started
     record: dict[str, Any] = {
-        "title": "Issue 27's simulated targets" + (" (quick)" if quick else ""),
+        "title": "The fleet's simulated targets" + (" (quick)" if quick else ""),
         "date": f"{date:%Y-%m-%d %H:%M} UTC",
         "machine": {**machine(), "load": "not recorded" if load is None else f"{load[0]} at the end"},
         "command": "python -m bench.fleet.targets" + (" --quick" if quick else "") + _seeds_option(seeds, quick),
@@ -216,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--update-docs", action="store_true", help=f"write {DOCS_JSON} instead (not with --quick)")
     args = parser.parse_args(argv)
     if args.update_docs and args.quick:
-        parser.error("--update-docs with --quick: a quick run's fleets are not the issue's")
+        parser.error("--update-docs with --quick: a quick run's fleets are smaller than the targets' 100 and 1,000")
     seeds = list(args.seeds or (QUICK_SEEDS if args.quick else SEEDS))
     if len(set(seeds)) != len(seeds):
         parser.error(f"seeds must differ, got {seeds}")
