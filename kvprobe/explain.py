@@ -228,7 +228,11 @@ def _cleanup(before: State, after: State) -> str:
 
 def _mark_miss(before: State, after: State) -> str:
     keys = sorted(set(_changed_keys(before, after, "phase")) | set(_changed_keys(before, after, "forced")))
-    return "forced MISS on " + (", ".join(keys) or "a key with no state") + _phases(before, after)
+    # A key with no state has nothing to force, but its remembered answer
+    # (tla/cache.cfg) is forgotten: say so, or the step reads as a no-op.
+    forgotten = [k for k in _changed_keys(before, after, "mem") if k not in keys]
+    said = "forced MISS on " + (", ".join(keys) or "a key with no state") + _phases(before, after)
+    return said + (f"; forgot the remembered answer of {', '.join(forgotten)}" if forgotten else "")
 
 
 def _phases(before: State, after: State) -> str:

@@ -87,8 +87,9 @@ class ProbeTable:
         self._last_generation = 0
         self._batch_ids = itertools.count(1)
         self._group_ids = itertools.count(1)
-        #: The first window of ``lookup_chain``'s walk, in keys (windows
-        #: then double); ``windows.ALL`` (0): one window, every key.  A bare
+        #: The first window of ``lookup_chain``'s walk, in keys (later
+        #: windows grow by ``chain_window_growth``); ``windows.ALL`` (0): one
+        #: window, every key.  A bare
         #: core walks the whole chain; ``AsyncLookupManager(chain_window=...)``
         #: checks the value it sets (default ``windows.DEFAULT_CHAIN_WINDOW``).
         self.chain_window: int = ALL

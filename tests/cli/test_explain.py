@@ -121,3 +121,14 @@ def test_the_golden_trace_has_the_models_variables_and_the_tables_know_them() ->
     assert len(declared) > 15, declared
     assert set(_steps()[0].values) == declared
     assert declared <= set(VARIABLES), declared - set(VARIABLES)
+
+
+def test_mark_miss_on_a_stateless_key_says_its_remembered_answer_is_forgotten() -> None:
+    # tla/cache.cfg: k1 has no state but a remembered "hit"; MarkMiss forgets it.
+    state = {"phase": '(k1 :> "NONE")', "gen": "(k1 :> 0)", "verdict": '(k1 :> "none")', "forced": "(k1 :> FALSE)"}
+    steps = [
+        Step(1, "Init", {**state, "mem": '(k1 :> "hit")'}),
+        Step(2, "MarkMiss", {**state, "mem": '(k1 :> "none")'}),
+    ]
+    step = next(line for line in explain(steps, "NoSuchInvariant").splitlines() if line.startswith("  [2] MarkMiss:"))
+    assert "forced MISS on a key with no state; forgot the remembered answer of k1" in step
