@@ -675,6 +675,10 @@ MarkMissForces(k) == MarkMissHonours(k)
 \* and its cache forgets it).
 MarkMissPasses(ks) == {k \in ks : MarkMissFlavour = "native" \/ ~Live(k) \/ phase[k] = RESOLVED}
 
+\* A key MarkMiss may be given: one with a state or a remembered answer (a
+\* key with neither changes nothing but a counter, and is left out).
+Markable(k) == Live(k) \/ mem[k] # "none"
+
 \* Whether MarkMiss(ks) makes the verdict cache forget key k: every key the
 \* core is given, with or without a state.
 Forgets(ks, k) == k \in MarkMissPasses(ks)
@@ -693,7 +697,7 @@ MarkMiss(ks) ==
     /\ StoreRefutes(MarkMissPasses(ks))
     /\ ~down
     /\ ks # {}
-    /\ \A k \in ks : Live(k) \/ mem[k] # "none"
+    /\ \A k \in ks : Markable(k)
     /\ LET \* the keys given that have a state (the others only lose their memory)
            Held(k) == k \in ks /\ Live(k)
            Forces(k) == Held(k) /\ MarkMissForces(k)

@@ -82,7 +82,7 @@ Matches(e) ==
       [] e.action = "MarkMiss" ->
             \* a key without a state is given too if the model remembers an
             \* answer for it: the cache forgets every key given
-            LET marked == {k \in e.keys : Live(k) \/ mem[k] # "none"}
+            LET marked == {k \in e.keys : Markable(k)}
             IN IF marked = {} THEN Same ELSE MarkMiss(marked)
       [] e.action = "Shutdown" -> Shutdown
 
