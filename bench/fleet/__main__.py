@@ -70,6 +70,7 @@ __all__ = [
     "row",
     "scaling_grid",
     "scenario_fields",
+    "seeds_option",
     "split_dynamics",
     "split_partitions",
     "verdict_cache",
@@ -323,13 +324,18 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
+def seeds_option(seeds: Sequence[int], *, quick: bool) -> str:
+    """`` --seeds ...`` for a record's command, or "" when ``seeds`` are the run's default ones."""
+    default = QUICK_SEEDS if quick else SEEDS
+    return "" if list(seeds) == list(default) else " --seeds " + " ".join(map(str, seeds))
+
+
 def _options(args: argparse.Namespace) -> str:
     """The command line's options that differ from the defaults (for the record's command)."""
     out = ""
     if list(args.engines) != list(ENGINES):
         out += " --engines " + " ".join(map(str, args.engines))
-    if list(args.seeds) != list(QUICK_SEEDS if args.quick else SEEDS):
-        out += " --seeds " + " ".join(map(str, args.seeds))
+    out += seeds_option(args.seeds, quick=args.quick)
     if list(args.modes) != list(DEFAULT_MODES):
         out += " --modes " + " ".join(args.modes)
     if list(args.realtime_modes) != list(DEFAULT_MODES):

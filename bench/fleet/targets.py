@@ -48,6 +48,7 @@ from bench.fleet.__main__ import (
     SEEDS,
     Runs,
     scenario_fields,
+    seeds_option,
     split_partitions,
 )
 from bench.fleet.params import StoreParams, WorkloadParams
@@ -179,7 +180,7 @@ def simulate(seeds: Sequence[int], *, quick: bool) -> dict[str, Any]:
         "title": "The fleet's simulated targets" + (" (quick)" if quick else ""),
         "date": f"{date:%Y-%m-%d %H:%M} UTC",
         "machine": {**machine(), "load": "not recorded" if load is None else f"{load[0]} at the end"},
-        "command": "python -m bench.fleet.targets" + (" --quick" if quick else "") + _seeds_option(seeds, quick),
+        "command": "python -m bench.fleet.targets" + (" --quick" if quick else "") + seeds_option(seeds, quick=quick),
         "note": f"{len(seeds)} seeds, {len(runs)} runs, {wall / 60:.1f} min",
         "source": "written by bench.fleet.targets (virtual time: the figures do not depend on the machine)",
         "wall_s": wall,
@@ -197,11 +198,6 @@ def simulate(seeds: Sequence[int], *, quick: bool) -> dict[str, Any]:
     }
     record["tables"] = {"targets": _table(configs, record["engines"], record["split_cost_engines"])}
     return record
-
-
-def _seeds_option(seeds: Sequence[int], quick: bool) -> str:
-    default = QUICK_SEEDS if quick else SEEDS
-    return "" if list(seeds) == list(default) else " --seeds " + " ".join(map(str, seeds))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
