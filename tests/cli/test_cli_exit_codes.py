@@ -97,6 +97,14 @@ def test_check_list_into_a_closed_pipe_ends_quietly() -> None:
     assert "Traceback" not in err and "BrokenPipeError" not in err
 
 
+def _sigint_as_at_a_terminal() -> None:
+    # A runner started in the background by a shell without job control
+    # (`cmd &` in a script) ignores SIGINT, and its children inherit that:
+    # Python then installs no KeyboardInterrupt handler and the CLI never
+    # sees the signal.  Ctrl-C comes from a terminal, where it is not ignored.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
 def test_ctrl_c_during_check_exits_130_without_traceback() -> None:
     proc = subprocess.Popen(
@@ -105,6 +113,7 @@ def test_ctrl_c_during_check_exits_130_without_traceback() -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
+        preexec_fn=_sigint_as_at_a_terminal,
     )
     time.sleep(4)  # TLC is running (the deep config takes minutes)
     proc.send_signal(signal.SIGINT)
