@@ -75,7 +75,13 @@ key just looks missing), and because a server that is not S3 (a plain web
 server answering 200 to everything) would make every key look stored: the
 bucket answer must carry S3's ``x-amz-`` headers and the random name must be
 absent.  Then one NIXL query of a probe name.  Any failure raises
-:class:`ObjStoreUnavailableError` naming the endpoint and the cause.  Without
+:class:`ObjStoreUnavailableError` naming the endpoint and the cause, except
+throttling: a fleet starting against a store it already saturates must not
+fail to start, so a throttled ``HeadBucket`` is confirmed by a one-key
+listing (whose ``SlowDown`` body names S3's throttling, where a HEAD's bare
+503 could be any gateway's outage), and a NIXL probe failing while boto3's
+HEAD of the same name is throttled is retried, then accepted with a logged
+warning.  Without
 ``boto3`` only the NIXL probe runs (a warning says what is not checked).
 
 Writers (``store``/``remove``) PUT and DELETE through ``boto3``, an S3 client
@@ -84,33 +90,36 @@ independent of NIXL, so tests check NIXL's verdicts against a separate truth.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
-import uuid
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
 from kvprobe.backends._nixl_import import AgentPool
+from kvprobe.backends._obj_check import BucketNotFoundError, ObjStoreUnavailableError, check_bucket, head_throttled
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
 from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
 from kvprobe.backends._pacing import Pacer, shared_pacer
 from kvprobe.backends.base import Key
 from kvprobe.backends.layout import relative_name
 
-__all__ = ["BucketNotFoundError", "NixlObjBackend", "ObjStoreUnavailableError", "classify_failure", "retry_after_of"]
+__all__ = [
+    "BucketNotFoundError",
+    "NixlObjBackend",
+    "ObjStoreUnavailableError",
+    "classify_failure",
+    "retry_after_of",
+]
 
 _PROBE_NAME = "kvprobe-connection-check/none"
-
-
-class ObjStoreUnavailableError(ConnectionError):
-    """The object store could not be used: unreachable, refused, or credentials rejected."""
-
-
-class BucketNotFoundError(ObjStoreUnavailableError):
-    """The bucket does not exist at the endpoint."""
+#: NIXL probes of a throttling store at construction, 0.1, 0.2, 0.4 s apart.
+_PROBE_ATTEMPTS, _PROBE_BACKOFF_S = 4, 0.1
+_log = logging.getLogger(__name__)
 
 
 def _has_boto3() -> bool:
@@ -405,10 +414,18 @@ class NixlObjBackend:
     def check_connection(self) -> None:
         """Verify the endpoint answers, the bucket exists and NIXL can query it.
 
+        A store that is throttling (a fleet sharing it at start-up) is not an
+        unusable one: a throttled ``HeadBucket`` is followed by a one-key
+        listing (a GET, whose ``SlowDown`` names S3's throttling in its body),
+        and a NIXL probe that fails while boto3's HEAD of the same name is
+        throttled too is retried a few times, then accepted with a warning
+        logged (the lookups then pace to the store).
+
         Raises:
-            BucketNotFoundError: HeadBucket said 404 (checked only with boto3).
+            BucketNotFoundError: HeadBucket (or the listing) said 404 (checked only with boto3).
             ObjStoreUnavailableError: unreachable, timed out, or rejected
-                (HeadBucket, or NIXL's probe query raised).
+                (HeadBucket, or NIXL's probe query raised while the store was
+                not throttling).
         """
         where = self._where()
         try:
@@ -420,46 +437,32 @@ class NixlObjBackend:
                 RuntimeWarning,
                 stacklevel=3,
             )
+            client = None
+        throttled = False if client is None else check_bucket(client, self.bucket, self.prefix, where)
+        failure: Exception | None = None
+        for attempt in range(_PROBE_ATTEMPTS):
+            try:
+                with self._pool.agent() as agent:
+                    agent.query_memory([(0, 1, 0, self.prefix + _PROBE_NAME)], "OBJ", "OBJ")
+                return
+            except Exception as exc:
+                failure = exc
+            # NIXL does not say why its query failed; boto3's HEAD of the same
+            # name does.  Answered there: NIXL itself cannot use the store.
+            if client is None or not head_throttled(client, self.bucket, self.prefix + _PROBE_NAME):
+                break
+            throttled = True
+            if attempt + 1 < _PROBE_ATTEMPTS:
+                time.sleep(_PROBE_BACKOFF_S * 2**attempt)
         else:
-            from botocore.exceptions import BotoCoreError, ClientError
-
-            try:
-                answer = client.head_bucket(Bucket=self.bucket)
-            except ClientError as exc:
-                code = str(exc.response.get("Error", {}).get("Code", ""))
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                if status == 404 or code in ("404", "NoSuchBucket", "NotFound"):
-                    raise BucketNotFoundError(f"{where} does not exist") from exc
-                raise ObjStoreUnavailableError(f"{where}: HeadBucket failed: {exc}") from exc
-            except BotoCoreError as exc:
-                raise ObjStoreUnavailableError(f"{where} is unreachable: {exc}") from exc
-            except Exception as exc:
-                # e.g. RecursionError: botocore follows a plain web server's
-                # redirect to itself without end.
-                raise ObjStoreUnavailableError(
-                    f"{where}: not an S3 answer to HeadBucket ({type(exc).__name__}: {exc})"
-                ) from exc
-            headers = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-            if not any(str(name).lower().startswith("x-amz-") for name in headers):
-                raise ObjStoreUnavailableError(
-                    f"{where}: the endpoint answered HeadBucket without any x-amz- header: not an S3 server"
-                )
-            absent = f"{self.prefix}kvprobe-connection-check/{uuid.uuid4().hex}"
-            try:
-                client.head_object(Bucket=self.bucket, Key=absent)
-            except ClientError:
-                pass  # 404 expected (403 too: a store may hide absence behind permissions)
-            except Exception as exc:
-                raise ObjStoreUnavailableError(f"{where}: HeadObject failed ({type(exc).__name__}: {exc})") from exc
-            else:
-                raise ObjStoreUnavailableError(
-                    f"{where}: a random object name {absent!r} reads as stored: not an S3 server"
-                )
-        try:
-            with self._pool.agent() as agent:
-                agent.query_memory([(0, 1, 0, self.prefix + _PROBE_NAME)], "OBJ", "OBJ")
-        except Exception as exc:
-            raise ObjStoreUnavailableError(f"{where}: NIXL cannot query it ({type(exc).__name__}: {exc})") from exc
+            _log.warning(
+                "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it", where
+            )
+            return
+        raise ObjStoreUnavailableError(
+            f"{where}: NIXL cannot query it ({type(failure).__name__}: {failure})"
+            + (" (the store was throttling too)" if throttled else "")
+        ) from failure
 
     def close(self) -> None:
         """Release the pool's threads and the NIXL agents; later lookups raise RuntimeError.  Idempotent.

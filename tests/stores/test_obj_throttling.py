@@ -11,6 +11,7 @@ Before the backend retried per chunk, 5 % throttling gave 0 True of 1,000.
 from __future__ import annotations
 
 import http.server
+import logging
 import os
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from integ_harness import make_obj_backend, requires_nixl, resolve
 
-from kvprobe.backends.nixl_obj import ObjStoreUnavailableError
+from kvprobe.backends.nixl_obj import BucketNotFoundError, ObjStoreUnavailableError
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 pytestmark = requires_nixl
@@ -236,7 +237,7 @@ def test_recovery_after_a_frozen_server_is_bounded(s3_server: Any, bucket: str) 
 
 
 class _PlainHandler(http.server.BaseHTTPRequestHandler):
-    """A web server that is not S3: 200 with HTML for everything, or a redirect to itself."""
+    """A web server that is not S3: 200 with HTML for everything, a redirect to itself, or 503 (a gateway's outage)."""
 
     mode = "200"
 
@@ -250,7 +251,7 @@ class _PlainHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        self.send_response(200)
+        self.send_response(503 if self.mode == "503" else 200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", "13")
         self.end_headers()
@@ -264,7 +265,7 @@ class _PlainHandler(http.server.BaseHTTPRequestHandler):
         self._answer(False)
 
 
-@pytest.mark.parametrize("mode", ["200", "301"])
+@pytest.mark.parametrize("mode", ["200", "301", "503"])
 def test_plain_http_server_is_a_typed_error_without_fd_leak(mode: str) -> None:
     """Issue 12 item 9: no raw RecursionError, no "every key stored", no fd leak."""
     from kvprobe.backends.nixl_obj import NixlObjBackend, ObjStoreUnavailableError
@@ -279,7 +280,9 @@ def test_plain_http_server_is_a_typed_error_without_fd_leak(mode: str) -> None:
         def attempt() -> None:
             with pytest.raises(ObjStoreUnavailableError) as info:
                 NixlObjBackend("kvblocks", endpoint_url=url, access_key="ab", secret_key="cd")
-            assert url in str(info.value) and "not an S3" in str(info.value), info.value
+            # A 503 to everything is not S3 throttling (whose listing says SlowDown): not accepted as such.
+            says = "no S3 throttling" if mode == "503" else "not an S3"
+            assert url in str(info.value) and says in str(info.value), info.value
             assert not isinstance(info.value.__context__, RecursionError) or mode == "301"
 
         attempt()  # warm-up: NIXL's and botocore's one-time files
@@ -304,3 +307,43 @@ def test_num_threads_puts_n_heads_in_flight(s3_server: Any, bucket: str, proxy: 
         assert peak <= n, (n, peak)
     finally:
         backend.close()
+
+
+def test_a_store_throttling_every_head_at_start_up_is_no_reason_to_fail(
+    s3_server: Any, bucket: str, proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fleet starting against a store it saturates: the backend is built, warns, and serves once the store does."""
+    key = b"throttle-start-up"
+    writer = _through(proxy, s3_server, bucket)
+    writer.store(key, b"x")
+    writer.close()
+    proxy.configure(head_rate=0.01, head_burst=1.0)  # one HEAD admitted, then 503 for every HEAD for 100 s
+    try:
+        with caplog.at_level(logging.WARNING, logger="kvprobe.backends.nixl_obj"):
+            backend = _through(proxy, s3_server, bucket, deadline_s=1.0)  # raised ObjStoreUnavailableError before
+        assert "is throttling every HEAD" in caplog.text and bucket in caplog.text
+        try:
+            assert proxy.stats()["done"].get("rate_limited", 0) >= 4  # the probe was retried while throttled
+            proxy.configure(head_rate=0.0)  # the store keeps up again
+            assert backend.batch_lookup([key, b"throttle-absent"], None) == [True, False]
+        finally:
+            backend.close()
+        # A bucket that does not exist is still told apart while HEADs are throttled: its listing says so.
+        proxy.configure(head_rate=0.01, head_burst=1.0)
+        with pytest.raises(BucketNotFoundError, match="does not exist"):
+            _through(proxy, s3_server, "kvprobe-no-such-bucket").close()
+    finally:
+        proxy.configure(head_rate=0.0)
+
+
+def test_a_store_throttling_everything_at_start_up_is_accepted_unverified(
+    s3_server: Any, bucket: str, proxy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy.configure(throttle=1.0)  # every request, listings included, answered SlowDown
+    try:
+        with caplog.at_level(logging.WARNING, logger="kvprobe.backends.nixl_obj"):
+            backend = _through(proxy, s3_server, bucket, deadline_s=1.0)
+        backend.close()
+        assert "is throttling every HEAD" in caplog.text
+    finally:
+        proxy.configure(throttle=0.0)
