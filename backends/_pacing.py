@@ -70,11 +70,14 @@ a lock and ``time.monotonic`` around one core.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import email.utils
 import math
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["PaceCore", "PaceStats", "Pacer", "parse_retry_after", "shared_pacer"]
@@ -201,6 +204,39 @@ class PaceCore:
             _check_positive("start_rate", start_rate)
             self._set_epoch(start_rate / beta, now)
             self.paced = True
+
+    # --- its state, for a pace kept outside the process ---------------------------
+
+    def state(self) -> dict[str, object]:
+        """Every field of the pace as JSON-ready values (:meth:`from_state` builds it back)."""
+        state = dict(vars(self))
+        state["stats"] = dataclasses.asdict(self.stats)
+        state["_window"] = dataclasses.asdict(self._window)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, object]) -> PaceCore:
+        """The pace :meth:`state` described (its tuples may come back as lists, as JSON gives them).
+
+        Raises:
+            ValueError: ``state`` lacks a field, has one more, or one of the wrong kind.
+        """
+        expected = set(vars(cls(0.0)))
+        if set(state) != expected:
+            raise ValueError(f"not a pace's state: the fields {sorted(set(state) ^ expected)} differ")
+        core = cls.__new__(cls)
+        try:
+            for name, value in state.items():
+                if name == "stats":
+                    value = PaceStats(**value)  # type: ignore[arg-type]
+                elif name == "_window":
+                    value = _Window(**value)  # type: ignore[arg-type]
+                elif name in ("_last_reserved", "_verify") and value is not None:
+                    value = tuple(value)  # type: ignore[call-overload]
+                setattr(core, name, value)
+        except TypeError as exc:
+            raise ValueError(f"not a pace's state: {exc}") from exc
+        return core
 
     # --- the rate ---------------------------------------------------------------
 
@@ -376,30 +412,35 @@ class Pacer:
         self._lock = threading.Lock()
         self._core = core if core is not None else PaceCore(time.monotonic())
 
+    @contextlib.contextmanager
+    def _held(self, *, changes: bool = True) -> Iterator[PaceCore]:
+        """The core, held for one call (``changes``: the call may change it; a pace kept elsewhere stores it back)."""
+        with self._lock:
+            yield self._core
+
     def reserve(self, heads: int, not_after: float = math.inf) -> float | None:
         """When ``heads`` HEADs may start; None (nothing reserved) when not by ``not_after``."""
-        with self._lock:
-            return self._core.reserve(time.monotonic(), heads, not_after)
+        with self._held() as core:
+            return core.reserve(time.monotonic(), heads, not_after)
 
     def release(self, heads: int) -> None:
         """Return an unused reservation."""
-        with self._lock:
-            self._core.release(time.monotonic(), heads)
+        with self._held() as core:
+            core.release(time.monotonic(), heads)
 
     def answered(self, sent_at: float, heads: int) -> None:
         """A query sent at ``sent_at`` answered."""
-        with self._lock:
-            self._core.answered(time.monotonic(), sent_at, heads)
+        with self._held() as core:
+            core.answered(time.monotonic(), sent_at, heads)
 
     def failed(self, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
         """A query sent at ``sent_at`` failed (not by a timeout)."""
-        with self._lock:
-            self._core.failed(time.monotonic(), sent_at, heads, retry_after_s)
+        with self._held() as core:
+            core.failed(time.monotonic(), sent_at, heads, retry_after_s)
 
     def snapshot(self) -> dict[str, float | int | None]:
         """``rate`` (HEAD/s, None while unpaced), ``w_max``, and the :class:`PaceStats` counters."""
-        with self._lock:
-            core = self._core
+        with self._held(changes=False) as core:
             stats = core.stats
             return {
                 "rate": core.rate(time.monotonic()),

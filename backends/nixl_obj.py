@@ -34,7 +34,11 @@ not) and checked: a decrease that does not reduce the failures per HEAD,
 while the store answers fewer HEADs per second, is undone.  A ``Retry-After``
 on a failure (boto3's retries see the headers; NIXL's do not) holds every
 query of the store until then.  Keys whose query the pace cannot start
-before the deadline are answered MISS at once and counted ``shed``.
+before the deadline are answered MISS at once and counted ``shed``.  With
+``pace_scope="host"`` the pace is shared by every process of the host (and
+user) too, through a file (:mod:`kvprobe.backends._host_pace`): engine
+processes of one host that pace alone misjudge a store they share (one's
+decrease is hidden by the others' HEADs, and undone).
 
 Quiet by default.  NIXL writes one glog-style line per failed HEAD to stderr
 (``checkObjectExistsAsync error: No response body.``: thousands under
@@ -100,6 +104,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
+from kvprobe.backends._host_pace import PACE_SCOPES, host_pacer
 from kvprobe.backends._nixl_import import AgentPool
 from kvprobe.backends._obj_check import BucketNotFoundError, ObjStoreUnavailableError, check_bucket, head_throttled
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
@@ -109,6 +114,7 @@ from kvprobe.backends.base import Key
 from kvprobe.backends.layout import relative_name
 
 __all__ = [
+    "PACE_SCOPES",
     "BucketNotFoundError",
     "NixlObjBackend",
     "ObjStoreUnavailableError",
@@ -177,6 +183,11 @@ class NixlObjBackend:
             sees the store's ``Retry-After``; queries of several keys and a
             key's first retry stay on NIXL, the faster path.  Ignored
             without boto3.
+        pace_scope: who shares the store's pace: ``"process"`` (every
+            backend of this process on the same endpoint, bucket and prefix)
+            or ``"host"`` (every process of this host and user too, through a
+            file: for several engine processes per host sharing a store; see
+            :mod:`kvprobe.backends._host_pace`).
         seed: seeds the retry jitter (None: from the OS).
         extra_params: more OBJ ``create_backend`` parameters (strings), e.g.
             ``use_virtual_addressing`` or ``ca_bundle``; they override ours.
@@ -212,6 +223,7 @@ class NixlObjBackend:
         max_attempts: int | None = 1,
         connect_timeout_s: float = 2.0,
         retry_with_boto3: bool = True,
+        pace_scope: str = "process",
         seed: int | None = None,
         extra_params: Mapping[str, str] | None = None,
         check: bool = True,
@@ -231,6 +243,8 @@ class NixlObjBackend:
             # cannot wait for would blame the server for our argument.
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
                 raise ValueError(f"{name} must be a number of seconds in (0, 3600], got {seconds!r}")
+        if pace_scope not in PACE_SCOPES:
+            raise ValueError(f"pace_scope must be one of {PACE_SCOPES}, got {pace_scope!r}")
         if max_attempts is not None and (
             isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
         ):
@@ -274,9 +288,11 @@ class NixlObjBackend:
             max_agents=self.agents + 1,  # one more for check_connection while lookups run
             before_create=lambda: bounded_sdk_retries(max_attempts),
         )
-        #: The store's pace, shared by every backend of the process on the
-        #: same endpoint, bucket and prefix (see :mod:`kvprobe.backends._pacing`).
-        self.pacer: Pacer = shared_pacer(self.endpoint_url or f"aws:{self.region}", bucket, self.prefix)
+        #: The store's pace, shared by every backend of the process (or, with
+        #: ``pace_scope="host"``, of the host) on the same endpoint, bucket
+        #: and prefix (see :mod:`kvprobe.backends._pacing`).
+        store = (self.endpoint_url or f"aws:{self.region}", bucket, self.prefix)
+        self.pacer: Pacer = shared_pacer(*store) if pace_scope == "process" else host_pacer(*store)
         self._engine = ChunkedLookup(
             self._query,
             agents=self.agents,
