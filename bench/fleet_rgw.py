@@ -62,7 +62,8 @@ from typing import Any
 from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import DATA_DIR, dumps, render
 from bench.fleet_rgw_engine import CHAIN, prompt_keys
-from bench.fleet_rgw_report import markdown, mode_tables, seed_figures
+from bench.fleet_rgw_report import comparison, markdown, mode_tables, schedule_label, seed_figures
+from kvprobe.backends._host_pace import PACE_SCOPES
 from kvprobe.statemachine.inferred import CHAIN_MODES, EXACT
 from kvprobe.statemachine.types import KvprobeError
 from kvprobe.statemachine.windows import (
@@ -101,6 +102,7 @@ class Setup:
     engine_timeout_s: float = 90.0  # an engine slower than duration + deadline + this is killed
     chain_window: int = DEFAULT_CHAIN_WINDOW  # the engines' first window (exact mode)
     chain_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH  # how their windows grow (chain_window_growth)
+    pace_scope: str = "process"  # who shares a store's pace: each engine process alone, or the host's
 
     def cap(self) -> dict[str, float]:
         """The proxy's cap settings."""
@@ -122,6 +124,8 @@ class Setup:
             window_growth(self.chain_growth)
         except KvprobeError as exc:
             raise ValueError(f"the engines' manager would refuse it: {exc}") from exc
+        if self.pace_scope not in PACE_SCOPES:
+            raise ValueError(f"pace_scope must be one of {PACE_SCOPES}, got {self.pace_scope!r}")
         if self.chain_window == ALL:
             raise ValueError("chain_window must be a first window of keys ('all' is not measured here)")
 
@@ -230,6 +234,7 @@ def run_seed(
     base = {"bucket": bucket, "endpoint_url": proxy.endpoint_url, "deadline_s": setup.deadline_s}
     base |= {"chain_mode": chain_mode, "chain_window": setup.chain_window, "chain_window_growth": setup.chain_growth}
     base |= {"step_s": setup.step_s, "access_key": creds["access_key"], "secret_key": creds["secret_key"]}
+    base |= {"pace_scope": setup.pace_scope}
     plans = engine_plans(setup, seed, stored)
     # Uncapped while the engines start: each backend checks its store once at construction, and
     # that check is not what is measured (an engine refused there never serves a request).
@@ -276,6 +281,7 @@ def measure(
     *,
     control: bool = False,
     chain_modes: Sequence[str] = (EXACT,),
+    schedules: Sequence[tuple[int, float, str]] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Fill the store, put the capped proxy in front, run every seed in every chain mode; (figures, raw outcomes).
 
@@ -285,6 +291,9 @@ def measure(
     its ``chain_mode``.  ``control``: then run the first seed once more in
     each mode with no cap to speak of (:data:`UNCAPPED` HEAD/s), last in both
     lists: what the same fleet finds when the store never throttles.
+    ``schedules``: more schedules ``(chain_window, chain_window_growth,
+    pace_scope)`` for the exact walk, each run after the modes on every seed
+    (a figure's ``schedule`` names its own).
 
     ``server``: a started RGW (or any S3 server with ``credentials``, ``client``
     and ``create_bucket``) to use; None boots a :class:`~kvprobe.testing.rgw.RgwServer`
@@ -293,7 +302,8 @@ def measure(
     Raises:
         S3ServerError: Ceph RGW is missing or did not start (nothing is left running).
         RuntimeError: an engine did not get ready.
-        ValueError: ``chain_modes`` is empty or names a mode other than ``"exact"`` and ``"inferred"``.
+        ValueError: ``chain_modes`` is empty or names a mode other than ``"exact"`` and ``"inferred"``,
+            or a schedule is one the manager would refuse (both before a store is started).
     """
     from kvprobe.testing.faultproxy import FaultProxy
     from kvprobe.testing.rgw import RgwServer
@@ -301,16 +311,19 @@ def measure(
     bad = [mode for mode in chain_modes if mode not in CHAIN_MODES]
     if bad or not chain_modes:
         raise ValueError(f"chain_modes must be some of {CHAIN_MODES}, got {list(chain_modes)!r}")
+    shapes = [dataclasses.replace(setup, chain_window=w, chain_growth=g, pace_scope=p) for w, g, p in schedules]
     if server is None:
         with RgwServer() as own:
-            return measure(setup, seeds, own, bucket, control=control, chain_modes=chain_modes)
+            return measure(setup, seeds, own, bucket, control=control, chain_modes=chain_modes, schedules=schedules)
     stored = stored_prefixes(setup.pool)
     figures, raws = [], []
     if bucket not in getattr(server, "buckets", ()):
         server.create_bucket(bucket)
     blocks = fill_store(server, bucket, stored)
     print(f"{blocks:,} blocks of {setup.pool} prompts stored", file=sys.stderr, flush=True)
-    runs = [(seed, mode, setup) for seed in seeds for mode in chain_modes]
+    # Seed by seed: each mode on the engines' schedule, then the exact walk on each other schedule.
+    walks = [(mode, setup) for mode in chain_modes] + [(EXACT, shape) for shape in shapes]
+    runs = [(seed, mode, shape) for seed in seeds for mode, shape in walks]
     uncapped = dataclasses.replace(setup, head_rate=UNCAPPED, head_burst=None)
     runs += [(seeds[0], mode, uncapped) for mode in chain_modes] if control else []
     with FaultProxy(server.endpoint_url, **setup.cap()) as proxy:
@@ -319,8 +332,27 @@ def measure(
             raw = run_seed(shape, seed, server, proxy, stored, bucket, mode)
             raws.append(raw)
             figures.append(seed_figures(raw, shape))
-            print(f"seed {seed}, {mode}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+            walk = mode if shape in (setup, uncapped) else f"{mode}, {schedule_label(*figures[-1]['schedule'])}"
+            print(f"seed {seed}, {walk}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     return figures, raws
+
+
+def _schedule(text: str) -> tuple[int, float, str | None]:
+    """``WINDOW:GROWTH[:SCOPE]`` (``--schedules``) as ``(chain_window, chain_window_growth, pace_scope)``.
+
+    A schedule naming no scope has None there (the engines' ``--pace-scope``).
+
+    Raises:
+        argparse.ArgumentTypeError: not an int and a number, and maybe a scope, separated by colons.
+    """
+    parts = text.split(":")
+    try:
+        if len(parts) in (2, 3) and (len(parts) == 2 or parts[2] in PACE_SCOPES):
+            return int(parts[0]), float(parts[1]), parts[2] if len(parts) == 3 else None
+    except ValueError:
+        pass
+    scopes = "|".join(PACE_SCOPES)
+    raise argparse.ArgumentTypeError(f"a schedule is WINDOW:GROWTH[:{scopes}], such as 4:1.25:host, got {text!r}")
 
 
 def _update_doc(data: dict[str, Any]) -> list[str]:
@@ -366,11 +398,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--chain-growth", type=float, default=defaults.chain_growth, help="the engines' chain_window_growth"
     )
     parser.add_argument(
+        "--pace-scope", choices=PACE_SCOPES, default=defaults.pace_scope,
+        help="the engines' pace_scope: each process paces alone, or the host's processes share one pace",
+    )  # fmt: skip
+    parser.add_argument(
+        "--schedules", type=_schedule, nargs="+", default=[], metavar="WINDOW:GROWTH[:SCOPE]",
+        help="more schedules (and pace scopes) for the exact walk, each run on every seed, compared side by side "
+        "(e.g. 1:1.25 4:1.25:host)",
+    )  # fmt: skip
+    parser.add_argument(
         "--no-control", dest="control", action="store_false", help="skip the control run (the first seed uncapped)"
     )
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "fleet_rgw.json")
     parser.add_argument("--update-docs", action="store_true", help=f"also write {DOCS_JSON} and docs/fleet.md's tables")
     args = parser.parse_args(argv)
+    try:
+        setup = Setup(
+            args.engines, args.rate, args.duration, args.deadline, head_rate=args.head_rate,
+            head_burst=args.head_burst, pool=args.pool, chain_window=args.chain_window, chain_growth=args.chain_growth,
+            pace_scope=args.pace_scope,
+        )  # fmt: skip
+    except ValueError as exc:
+        parser.error(str(exc))
+    own = (setup.chain_window, setup.chain_growth, setup.pace_scope)
+    schedules = list(dict.fromkeys((w, g, p or setup.pace_scope) for w, g, p in args.schedules))
+    for first, growth, scope in schedules:
+        if (first, growth, scope) == own:
+            parser.error(f"--schedules {first}:{growth:g}:{scope} is the engines' own (--chain-window, --chain-growth)")
+        try:
+            dataclasses.replace(setup, chain_window=first, chain_growth=growth)
+        except ValueError as exc:
+            parser.error(f"--schedules {first}:{growth:g}: {exc}")
+    if schedules and EXACT not in args.chain_modes:
+        parser.error("--schedules compares exact walks: --chain-modes must include exact")
     from kvprobe.backends._nixl_import import nixl_unavailable
     from kvprobe.testing.rgw import rgw_missing
 
@@ -378,18 +438,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if why is not None:
         print(f"bench.fleet_rgw cannot run here: {why}", file=sys.stderr)
         return 2
-    setup = Setup(
-        args.engines, args.rate, args.duration, args.deadline, head_rate=args.head_rate, head_burst=args.head_burst,
-        pool=args.pool, chain_window=args.chain_window, chain_growth=args.chain_growth,
-    )  # fmt: skip
     logging.disable(logging.INFO)
     started = datetime.datetime.now(datetime.timezone.utc)
     load_start, clock = load_average(), time.monotonic()
     modes = list(dict.fromkeys(args.chain_modes))
-    figures, raws = measure(setup, args.seeds, control=args.control, chain_modes=modes)
+    figures, raws = measure(setup, args.seeds, control=args.control, chain_modes=modes, schedules=schedules)
     controls = {f["chain_mode"]: f for f in figures[len(figures) - len(modes) :]} if args.control else {}
     figures = figures[: len(figures) - len(controls)]
-    by_mode = {mode: [f for f in figures if f["chain_mode"] == mode] for mode in modes}
+    by_mode = {mode: [f for f in figures if f["chain_mode"] == mode and f["schedule"] == [*own]] for mode in modes}
+    by_schedule = {schedule_label(*own): by_mode.get(EXACT, [])}
+    by_schedule |= {schedule_label(*s): [f for f in figures if f["schedule"] == [*s]] for s in schedules}
     wall, load = time.monotonic() - clock, load_average()
     cmd = " ".join(["python -m bench.fleet_rgw", *(argv if argv is not None else sys.argv[1:])])
     cmd = cmd.replace(" --update-docs", "")
@@ -406,10 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "source": "written by python -m bench.fleet_rgw --update-docs",
         "setup": setup.__dict__,
         "chain_modes": modes,
-        "tables": mode_tables(by_mode, controls),
+        "tables": mode_tables(by_mode, controls) | ({"schedules": comparison(by_schedule)} if schedules else {}),
     }
     results = {"figures": by_mode.get(EXACT, []), "control": controls.get(EXACT)}  # exact mode's, as before modes
     results |= {"figures_by_mode": by_mode, "control_by_mode": controls, "raw": raws}
+    results |= {"figures_by_schedule": by_schedule} if schedules else {}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({**data, **results}) + "\n")
     print(

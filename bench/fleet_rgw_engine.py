@@ -55,6 +55,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         endpoint_url=plan["endpoint_url"],
         access_key=plan["access_key"],
         secret_key=plan["secret_key"],
+        pace_scope=plan.get("pace_scope", "process"),
     )
     m = AsyncLookupManager(
         backend,

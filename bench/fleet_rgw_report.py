@@ -66,6 +66,7 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
     return {
         "seed": raw["seed"],
         "chain_mode": raw.get("chain_mode", EXACT),
+        "schedule": [first, growth, setup.pace_scope],
         "requests": raw["requests"],
         "settled": len(outcomes),
         "found": sum(o["decided"] and o["leading_hits"] == o["stored"] for o in outcomes) / n,
@@ -224,6 +225,14 @@ def mode_tables(
         control = (controls or {}).get(mode)
         out |= {table_id(name, mode): table for name, table in tables(figures, control).items()}
     return out
+
+
+def schedule_label(first: int, growth: float, pace_scope: str = "process") -> str:
+    """How the schedules table names the exact walk whose windows start at ``first`` keys and grow by ``growth``.
+
+    ``pace_scope``: the engines' (named when it is the host's).
+    """
+    return f"windows {first}, \u00d7{growth:g}" + (", host pace" if pace_scope == "host" else "")
 
 
 def markdown(table: dict[str, Any]) -> str:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_rgw import Setup, engine_plans, measure, stored_prefixes
-from bench.fleet_rgw_report import comparison, mode_tables, rounds, seed_figures, tables, targets
+from bench.fleet_rgw import Setup, engine_plans, main as fleet_rgw_main, measure, stored_prefixes
+from bench.fleet_rgw_report import comparison, mode_tables, rounds, schedule_label, seed_figures, tables, targets
 
 
 def _outcome(stored: int, hits: int, decided: bool = True, after: float = 1.0, inferred: int = 0) -> dict[str, Any]:
@@ -104,3 +104,46 @@ def test_the_modes_are_shown_apart_and_side_by_side() -> None:
         measure(Setup(), [1], chain_modes=["fast"])  # refused before any store is started
     with pytest.raises(ValueError, match="chain_modes must be some of"):
         measure(Setup(), [1], chain_modes=[])
+
+
+def test_other_window_schedules_are_named_and_refused_as_the_manager_would() -> None:
+    small = Setup(chain_window=1, chain_growth=1.25)
+    f = seed_figures(_raw([_outcome(10, 10)], heads=12, throttled=0), small)
+    assert f["schedule"] == [1, 1.25, "process"]
+    host = Setup(pace_scope="host")
+    assert seed_figures(_raw([_outcome(10, 10)], 12, 0), host)["schedule"] == [16, 2, "host"]
+    # The windows a schedule sends: 1, 2, 2, 2, 3, 4 keys end at 14 > 10, where the default sends 16.
+    assert f["windows_per_request"] == 14 and rounds(10, 1, 1.25) == 6
+    side = comparison({schedule_label(16, 2): [f], schedule_label(1, 1.25): [f]})
+    assert side["columns"][2:4] == [
+        "windows 16, \u00d72: median [min\u2013max]",
+        "windows 16, \u00d72: met by every seed",
+    ]
+    assert side["columns"][4] == "windows 1, \u00d71.25: median [min\u2013max]"
+    assert schedule_label(4, 1.25, "host") == "windows 4, \u00d71.25, host pace"
+    with pytest.raises(ValueError, match="chain_window must be at least 1"):
+        measure(Setup(), [1], schedules=[(0, 2.0, "process")])  # refused before any store is started
+    with pytest.raises(ValueError, match="chain_window_growth"):
+        measure(Setup(), [1], schedules=[(4, 1.0, "process")])
+    with pytest.raises(ValueError, match="pace_scope must be one of"):
+        measure(Setup(), [1], schedules=[(4, 2.0, "cluster")])
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--schedules", "1"], "a schedule is WINDOW:GROWTH"),
+        (["--schedules", "one:2"], "a schedule is WINDOW:GROWTH"),
+        (["--schedules", "16:2"], "is the engines' own"),
+        (["--schedules", "16:2:host", "--pace-scope", "host"], "is the engines' own"),
+        (["--schedules", "4:2:cluster"], "a schedule is WINDOW:GROWTH[:process|host]"),
+        (["--schedules", "0:2"], "chain_window must be at least 1"),
+        (["--schedules", "1:2", "--chain-modes", "inferred"], "--chain-modes must include exact"),
+    ],
+)
+def test_bad_schedules_are_refused_by_the_command_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        fleet_rgw_main(argv)
+    assert exited.value.code == 2 and says in capsys.readouterr().err
