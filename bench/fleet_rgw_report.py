@@ -62,6 +62,7 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
     heads = raw["proxy"]["heads"]
     throttled = raw["proxy"]["done"].get("rate_limited", 0)
     pacing = [e["result"]["pacing"] for e in raw["engines"] if e["result"]]
+    shared = max if setup.pace_scope == "host" else sum
     stats = [e["result"]["stats"] for e in raw["engines"] if e["result"]]
     return {
         "seed": raw["seed"],
@@ -90,8 +91,9 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
         "loudest": max(e["stderr_lines"] for e in raw["engines"]),
         "stderr_lines": [e["stderr_lines"] for e in raw["engines"]],
         "pace_end": [p["rate"] for p in pacing],
-        "decreases": sum(int(p["decreases"] or 0) for p in pacing),
-        "undone": sum(int(p["undone"] or 0) for p in pacing),
+        # A host pace is one pace every engine reports: counted once, not per engine.
+        "decreases": shared(int(p["decreases"] or 0) for p in pacing),
+        "undone": shared(int(p["undone"] or 0) for p in pacing),
         "shed": sum(s.get("shed", 0) for s in stats),
         "failed_throttled": sum(s.get("failed_throttled", 0) for s in stats),
         "miss_failing": sum(s.get("miss_failing", 0) for s in stats),

@@ -112,6 +112,10 @@ def test_other_window_schedules_are_named_and_refused_as_the_manager_would() -> 
     assert f["schedule"] == [1, 1.25, "process"]
     host = Setup(pace_scope="host")
     assert seed_figures(_raw([_outcome(10, 10)], 12, 0), host)["schedule"] == [16, 2, "host"]
+    # Two engines each reporting a decrease: two paces' decreases, or the host's one pace's, counted once.
+    two = _raw([_outcome(10, 10)], 12, 0, exits=(0, 0))
+    two["engines"][1]["result"] = two["engines"][0]["result"]
+    assert seed_figures(two, Setup())["decreases"] == 2 and seed_figures(two, host)["decreases"] == 1
     # The windows a schedule sends: 1, 2, 2, 2, 3, 4 keys end at 14 > 10, where the default sends 16.
     assert f["windows_per_request"] == 14 and rounds(10, 1, 1.25) == 6
     side = comparison({schedule_label(16, 2): [f], schedule_label(1, 1.25): [f]})
