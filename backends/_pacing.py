@@ -79,6 +79,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["PaceCore", "PaceStats", "Pacer", "parse_retry_after", "shared_pacer"]
 
@@ -207,7 +208,7 @@ class PaceCore:
 
     # --- its state, for a pace kept outside the process ---------------------------
 
-    def state(self) -> dict[str, object]:
+    def state(self) -> dict[str, Any]:
         """Every field of the pace as JSON-ready values (:meth:`from_state` builds it back)."""
         state = dict(vars(self))
         state["stats"] = dataclasses.asdict(self.stats)
@@ -215,7 +216,7 @@ class PaceCore:
         return state
 
     @classmethod
-    def from_state(cls, state: dict[str, object]) -> PaceCore:
+    def from_state(cls, state: dict[str, Any]) -> PaceCore:
         """The pace :meth:`state` described (its tuples may come back as lists, as JSON gives them).
 
         Raises:
@@ -228,11 +229,11 @@ class PaceCore:
         try:
             for name, value in state.items():
                 if name == "stats":
-                    value = PaceStats(**value)  # type: ignore[arg-type]
+                    value = PaceStats(**value)
                 elif name == "_window":
-                    value = _Window(**value)  # type: ignore[arg-type]
+                    value = _Window(**value)
                 elif name in ("_last_reserved", "_verify") and value is not None:
-                    value = tuple(value)  # type: ignore[call-overload]
+                    value = tuple(value)
                 setattr(core, name, value)
         except TypeError as exc:
             raise ValueError(f"not a pace's state: {exc}") from exc
