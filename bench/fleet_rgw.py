@@ -200,6 +200,7 @@ def _spawn(plan: dict[str, Any], workdir: str) -> _Engine:
             [sys.executable, "-m", "bench.fleet_rgw_engine", path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
             cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
+            env=os.environ | {"KVPROBE_PACE_DIR": workdir},  # a host pace's file goes with the seed's engines
         )  # fmt: skip
     engine = _Engine(proc, err)
     engine.start_reader()

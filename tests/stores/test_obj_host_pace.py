@@ -140,8 +140,9 @@ def test_one_pacer_per_store_in_the_process_one_file_per_store(tmp_path: Path, m
     assert all(p.path.parent == tmp_path and str(os.getuid()) in p.path.name for p in others)
 
 
-def test_the_object_backend_takes_a_pace_scope() -> None:
+def test_the_object_backend_takes_a_pace_scope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("boto3")
+    monkeypatch.setenv("KVPROBE_PACE_DIR", str(tmp_path))
     from kvprobe.backends._nixl_import import nixl_unavailable
 
     if nixl_unavailable():
@@ -152,3 +153,4 @@ def test_the_object_backend_takes_a_pace_scope() -> None:
         NixlObjBackend("kvblocks", endpoint_url="http://127.0.0.1:9", pace_scope="cluster", check=False)
     with NixlObjBackend("kvblocks", endpoint_url="http://127.0.0.1:9", pace_scope="host", check=False) as backend:
         assert isinstance(backend.pacer, HostPacer) and backend.pacing["host_fallbacks"] == 0
+        assert backend.pacer.path.parent == tmp_path and backend.pacer.path.exists()
