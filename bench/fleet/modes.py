@@ -76,7 +76,12 @@ from kvprobe.statemachine.inferred import EXACT, INFERRED
 from kvprobe.statemachine.records import ProbeState
 from kvprobe.statemachine.types import InvalidInputError, ReqContext
 from kvprobe.statemachine.verdict_cache import VerdictCache, VerdictMemory
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH, window_growth
+from kvprobe.statemachine.windows import (
+    DEFAULT_CHAIN_WINDOW,
+    DEFAULT_CHAIN_WINDOW_GROWTH,
+    chain_window_size,
+    window_growth,
+)
 
 __all__ = [
     "CACHE_WARMUP_MARGIN_S",
@@ -233,7 +238,9 @@ class Chain:
     def __init__(self, walk: str = EXACT) -> None:
         self.walk = walk
         self.name = "chain" if walk == EXACT else walk
-        #: How each window grows on the one before (``chain_window_growth``).
+        #: The first window (``chain_window``) and how each window grows on
+        #: the one before (``chain_window_growth``).
+        self.first_window = DEFAULT_CHAIN_WINDOW
         self.growth = DEFAULT_CHAIN_WINDOW_GROWTH
 
     @property
@@ -242,11 +249,10 @@ class Chain:
         return 0.0
 
     def new_core(self, clock: Clock) -> LookupCore:
-        # The manager's default window and the walk it is given
-        # (AsyncLookupManager sets both on its core; a bare core walks the
-        # whole chain at once).
+        # The windows and the walk it is given (AsyncLookupManager sets
+        # them on its core; a bare core walks the whole chain at once).
         core = LookupCore()
-        core.chain_window = DEFAULT_CHAIN_WINDOW
+        core.chain_window = self.first_window
         core.chain_window_growth = self.growth
         core.chain_mode = self.walk
         return core
@@ -300,9 +306,10 @@ def make_mode(
     lazy: bool = True,
     window0: int = 32,
     chain_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH,
+    chain_window: int = DEFAULT_CHAIN_WINDOW,
     verdict_cache: VerdictCache | None = None,
 ) -> LookupMode:
-    """The mode called ``name``; a chain walk's windows grow by ``chain_growth``.
+    """The mode called ``name``; a chain walk's windows start at ``chain_window`` keys and grow by ``chain_growth``.
 
     ``verdict_cache`` replaces the ``cached`` mode's
     :data:`DEFAULT_VERDICT_CACHE`; modes without memory ignore it (so one
@@ -310,19 +317,21 @@ def make_mode(
 
     Raises:
         ValueError: no mode has that name, or ``window0`` < 1.
-        InvalidInputError, InvalidValueError: ``chain_growth`` is not a growth
-            ``AsyncLookupManager`` accepts (checked for every mode), or
-            ``verdict_cache`` is not a ``VerdictCache``.
+        InvalidInputError, InvalidValueError: ``chain_growth`` or
+            ``chain_window`` is not one ``AsyncLookupManager`` accepts
+            (checked for every mode), or ``verdict_cache`` is not a
+            ``VerdictCache``.
     """
     factory = MODES.get(name)
     if factory is None:
         raise ValueError(f"mode must be one of {tuple(MODES)}, got {name!r}")
     growth = window_growth(chain_growth)
+    first_window = chain_window_size(chain_window)
     if verdict_cache is not None and not isinstance(verdict_cache, VerdictCache):
         raise InvalidInputError(f"verdict_cache must be a VerdictCache, got {type(verdict_cache).__name__}")
     mode = factory(lazy, window0)
     if isinstance(mode, Chain):
-        mode.growth = growth
+        mode.first_window, mode.growth = first_window, growth
     if isinstance(mode, Cached) and verdict_cache is not None:
         mode.cache = verdict_cache
     return mode

@@ -47,6 +47,7 @@ from bench.fleet.params import (
 from bench.fleet.store import S3Model
 from bench.fleet.workload import Tier, Workload
 from kvprobe.statemachine.verdict_cache import VerdictCache
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
 
 __all__ = ["CACHE_COUNTERS", "Scenario", "run"]
 
@@ -69,8 +70,9 @@ class Scenario:
     window_s: float = 20.0
     max_sim_engines: int = 100
     window0: int = 32
-    #: How the ``chain`` modes' windows grow (``chain_window_growth``).
+    #: How the ``chain`` modes' windows grow (``chain_window_growth``) and their first window (``chain_window``).
     chain_growth: float = 2.0
+    chain_window: int = DEFAULT_CHAIN_WINDOW
     lazy: bool = True
     #: The ``cached`` mode's verdict cache (None: ``DEFAULT_VERDICT_CACHE``;
     #: the other modes ignore it).
@@ -164,7 +166,12 @@ def run(sc: Scenario) -> dict[str, Any]:
 
 def _mode(sc: Scenario) -> LookupMode:
     return make_mode(
-        sc.mode, lazy=sc.lazy, window0=sc.window0, chain_growth=sc.chain_growth, verdict_cache=sc.verdict_cache
+        sc.mode,
+        lazy=sc.lazy,
+        window0=sc.window0,
+        chain_growth=sc.chain_growth,
+        chain_window=sc.chain_window,
+        verdict_cache=sc.verdict_cache,
     )
 
 

@@ -25,6 +25,25 @@ def test_the_chain_modes_walk_with_the_growth_given(name: str) -> None:
     assert isinstance(default, Chain) and default.new_core(lambda: 0.0).chain_window_growth == 2.0
 
 
+@pytest.mark.parametrize("name", ["chain", "cached", "inferred"])
+def test_the_chain_modes_start_with_the_window_given(name: str) -> None:
+    mode = make_mode(name, chain_window=4, chain_growth=1.25)
+    assert isinstance(mode, Chain)
+    core = mode.new_core(lambda: 0.0)
+    assert (core.chain_window, core.chain_window_growth) == (4, 1.25)
+    default = make_mode(name)
+    assert isinstance(default, Chain) and default.new_core(lambda: 0.0).chain_window == 16
+    with pytest.raises(InvalidValueError, match="chain_window must be at least 1"):
+        make_mode(name, chain_window=0)
+
+
+def test_a_scenario_hands_its_first_window_to_the_walk() -> None:
+    from bench.fleet.sim import Scenario, _mode
+
+    walk = _mode(Scenario(engines=1, mode="chain", chain_window=4, chain_growth=1.25))
+    assert isinstance(walk, Chain) and (walk.first_window, walk.growth) == (4, 1.25)
+
+
 def test_a_bad_growth_is_refused_for_every_mode() -> None:
     with pytest.raises(InvalidValueError, match="chain_window_growth"):
         make_mode("per-key", chain_growth=1.0)
