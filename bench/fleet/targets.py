@@ -13,8 +13,10 @@ window, warm-up and simulated engines), with the paced backend as shipped:
   time-weighted over the first ``HORIZON_H`` hours;
 * **$/h** <= 150: the billed HEADs of 1,000 engines on a split prefix.
 
-Each configuration (the exact walk with growth 2 and 1.5, ``cached``
-with each growth, ``inferred``) is run under every seed; a figure is shown as
+Each configuration (the exact walk with growth 2 and 1.5 from a first
+window of 16, and with growth 1.25 from a first window of 4, ``cached``
+with each schedule and with stored verdicts remembered 300 s instead of
+60, ``inferred``) is run under every seed; a figure is shown as
 ``median [min-max]`` and a target as met by ``all`` seeds, by the
 ``median`` only, or ``no``.  ``--quick`` runs 25 engines for every target
 under 2 seeds on a short window: a check that the command works, whose
@@ -50,10 +52,12 @@ from bench.fleet.__main__ import (
     scenario_fields,
     seeds_option,
     split_partitions,
+    verdict_cache,
 )
 from bench.fleet.params import StoreParams, WorkloadParams
 from bench.fleet.sim import Scenario
 from bench.fleet.spread import cell, dollars, percent, span
+from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
 
 __all__ = ["CONFIGS", "TARGETS", "Config", "Target", "main", "measure"]
 
@@ -65,11 +69,17 @@ ENGINES, SPLIT_COST_ENGINES, QUICK_ENGINES = 100, 1000, 25
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration of the fleet: a mode and the growth of its chain windows."""
+    """One configuration of the fleet: a mode, the growth of its chain windows and the first one.
+
+    ``hit_ttl_s``: how long the ``cached`` mode remembers a stored verdict
+    (None: ``DEFAULT_VERDICT_CACHE``'s 60 s).
+    """
 
     label: str
     mode: str
     chain_growth: float = 2.0
+    chain_window: int = DEFAULT_CHAIN_WINDOW
+    hit_ttl_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,8 +100,11 @@ class Target:
 CONFIGS = (
     Config("chain g=2", "chain"),
     Config("chain g=1.5", "chain", 1.5),
+    Config("chain 4, g=1.25", "chain", 1.25, 4),
     Config("cached", "cached"),
     Config("cached g=1.5", "cached", 1.5),
+    Config("cached 4, g=1.25", "cached", 1.25, 4),
+    Config("cached 4, g=1.25, hits 300 s", "cached", 1.25, 4, hit_ttl_s=300.0),
     Config("inferred", "inferred"),
 )
 
@@ -120,7 +133,9 @@ def measure(config: Config, seed: int, runs: Runs, *, quick: bool) -> dict[str, 
 
     def scenario(e: int) -> Scenario:
         fields = scenario_fields(e, window_s=window_s, warmup_s=warmup_s, max_sim=max_sim, seed=seed, paced=True)
-        return Scenario(mode=config.mode, chain_growth=config.chain_growth, **fields)
+        cache = None if config.hit_ttl_s is None else verdict_cache(config.hit_ttl_s)
+        walk = {"chain_growth": config.chain_growth, "chain_window": config.chain_window, "verdict_cache": cache}
+        return Scenario(mode=config.mode, **walk, **fields)
 
     split = runs(dataclasses.replace(scenario(engines), partitions=split_partitions(engines, store, workload)))
     base = scenario(engines)
