@@ -3,11 +3,11 @@
 Why.  A pace (:mod:`kvprobe.backends._pacing`) judges the store's answers to
 the HEADs it sent.  Engine processes of one host that each keep their own
 pace misjudge a store they share: when one slows down, the others' HEADs
-keep the store throttling, so its decrease looks useless and is undone, and
-together they overshoot the store's limit by as much as they disagree.  A
-host pace reserves every process's HEADs from one rate and judges the
-outcomes of all of them together, as one process's pace does for its
-threads (``NixlObjBackend(..., pace_scope="host")``).
+keep the store throttling, so its decrease looks useless and can be
+undone, and together they overshoot the store's limit by as much as they
+disagree.  A host pace reserves every process's HEADs from one rate and
+judges the outcomes of all of them together, as one process's pace does
+for its threads (``NixlObjBackend(..., pace_scope="host")``).
 
 Theory of operation.  The pace of a store (endpoint, bucket, prefix) lives
 in one file per user (JSON, mode 0600, in ``$KVPROBE_PACE_DIR``, else

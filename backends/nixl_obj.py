@@ -38,7 +38,7 @@ before the deadline are answered MISS at once and counted ``shed``.  With
 ``pace_scope="host"`` the pace is shared by every process of the host (and
 user) too, through a file (:mod:`kvprobe.backends._host_pace`): engine
 processes of one host that pace alone misjudge a store they share (one's
-decrease is hidden by the others' HEADs, and undone).
+decrease is hidden by the others' HEADs, and can be undone).
 
 Quiet by default.  NIXL writes one glog-style line per failed HEAD to stderr
 (``checkObjectExistsAsync error: No response body.``: thousands under
