@@ -22,7 +22,9 @@ unpaced, as a process's pace does when its last backend is gone.  A file
 that is not ours (another owner, writable by others, a symlink) is never
 read: the pacer then keeps a pace of its own process and counts it
 (``host_fallbacks`` in :meth:`HostPacer.snapshot`), so the lookups never fail
-for it.
+for it.  Nor do they wait for it: a call waits at most ``LOCK_WAIT_S`` for
+another process's lock (a holder that keeps it longer is stopped or hung),
+then paces alone for ``ALONE_S`` before it tries the file again.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import stat
 import tempfile
@@ -41,7 +44,7 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvprobe.backends._pacing import PaceCore, Pacer
+from kvprobe.backends._pacing import PaceCore, Pacer, _check_positive, get_or_create
 
 __all__ = ["PACE_SCOPES", "HostPacer", "host_pacer", "pace_dir"]
 
@@ -51,6 +54,10 @@ _log = logging.getLogger(__name__)
 PACE_SCOPES = ("process", "host")
 #: A pace nobody used for this long starts afresh (seconds).
 IDLE_RESET_S = 60.0
+#: How long a call waits for another process's lock on the pace before pacing alone (seconds).
+LOCK_WAIT_S = 0.05
+#: How long a process paces alone after such a wait in vain, before it tries the file again (seconds).
+ALONE_S = 5.0
 
 
 def pace_dir() -> Path:
@@ -81,13 +88,13 @@ class HostPacer(Pacer):
     """
 
     def __init__(self, path: Path, *, idle_reset_s: float = IDLE_RESET_S) -> None:
-        if isinstance(idle_reset_s, bool) or not isinstance(idle_reset_s, (int, float)) or not 0 < idle_reset_s < 1e9:
-            raise ValueError(f"idle_reset_s must be a positive number of seconds, got {idle_reset_s!r}")
+        _check_positive("idle_reset_s", idle_reset_s)
         super().__init__()  # the process's own pace: used only when the file cannot be
         self.path = Path(path)
         self.idle_reset_s = float(idle_reset_s)
         self.fallbacks = 0  # calls served by the process's own pace
         self._boot = _boot_id()
+        self._alone_until = -math.inf  # time.monotonic() before which the file is not waited for again
 
     @contextlib.contextmanager
     def _held(self, *, changes: bool = True) -> Iterator[PaceCore]:
@@ -102,15 +109,36 @@ class HostPacer(Pacer):
                 if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                     yield self._fallback("another user owns it or may write it")
                     return
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                if not self._lock_file(fd):
+                    yield self._fallback(f"another process held it for over {LOCK_WAIT_S} s")
+                    return
                 now = time.monotonic()
                 core = self._read(fd, now)
-                before = None if changes else core.state()
                 yield core
-                if before is None or core.state() != before:
+                if changes:
                     self._write(fd, core, now)
             finally:
                 os.close(fd)  # drops the lock
+
+    def _lock_file(self, fd: int) -> bool:
+        """Lock the file, waiting at most ``LOCK_WAIT_S``; after a wait in vain, do not wait again for ``ALONE_S``.
+
+        A holder keeps the lock for one call (tens of microseconds): one that
+        keeps it longer is stopped or hung, and must not hold this process's
+        lookups with it.
+        """
+        start = time.monotonic()
+        if start < self._alone_until:
+            return False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() - start >= LOCK_WAIT_S:
+                    self._alone_until = time.monotonic() + ALONE_S
+                    return False
+                time.sleep(0.0005)
 
     def _fallback(self, why: str) -> PaceCore:
         if not self.fallbacks:
@@ -149,8 +177,4 @@ def host_pacer(endpoint: str, bucket: str, prefix: str) -> HostPacer:
     """The host's pace of one store (endpoint, bucket, prefix): one object per process, one file per user."""
     name = hashlib.sha256("\0".join((endpoint, bucket, prefix)).encode()).hexdigest()[:24]
     path = pace_dir() / f"kvprobe-pace-{os.getuid()}-{name}.json"
-    with _SHARED_LOCK:
-        pacer = _SHARED.get(path)
-        if pacer is None:
-            pacer = _SHARED[path] = HostPacer(path)
-        return pacer
+    return get_or_create(_SHARED, _SHARED_LOCK, path, lambda: HostPacer(path))

@@ -77,11 +77,14 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["PaceCore", "PaceStats", "Pacer", "parse_retry_after", "shared_pacer"]
+__all__ = ["PaceCore", "PaceStats", "Pacer", "get_or_create", "parse_retry_after", "shared_pacer"]
+
+K = TypeVar("K")
+P = TypeVar("P", bound="Pacer")
 
 
 @dataclass
@@ -462,9 +465,15 @@ def shared_pacer(endpoint: str, bucket: str, prefix: str) -> Pacer:
 
     It lives while a backend holds it; the next one after that starts unpaced.
     """
-    key = (endpoint, bucket, prefix)
-    with _SHARED_LOCK:
-        pacer = _SHARED.get(key)
+    return get_or_create(_SHARED, _SHARED_LOCK, (endpoint, bucket, prefix), Pacer)
+
+
+def get_or_create(
+    registry: weakref.WeakValueDictionary[K, P], lock: threading.Lock, key: K, make: Callable[[], P]
+) -> P:
+    """The pacer ``registry`` holds for ``key``, made by ``make`` (under ``lock``) if none is alive."""
+    with lock:
+        pacer = registry.get(key)
         if pacer is None:
-            pacer = _SHARED[key] = Pacer()
+            pacer = registry[key] = make()
         return pacer

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -20,8 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.backends._host_pace import HostPacer, _boot_id, host_pacer, pace_dir
+from kvprobe.backends import _host_pace
+from kvprobe.backends._host_pace import HostPacer, _boot_id
 from kvprobe.backends._pacing import PaceCore
+
+HOLD_THE_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
 
 
 def _drive(core: PaceCore, start: float) -> float:
@@ -126,18 +134,42 @@ def test_a_file_that_is_not_ours_is_never_read_and_never_fails_a_call(
     assert not target.exists()  # the link was not followed
 
 
-def test_one_pacer_per_store_in_the_process_one_file_per_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVPROBE_PACE_DIR", str(tmp_path))
-    assert pace_dir() == tmp_path
-    a = host_pacer("http://127.0.0.1:9000", "kvblocks", "tier/")
-    assert host_pacer("http://127.0.0.1:9000", "kvblocks", "tier/") is a
-    others = [
-        host_pacer("http://127.0.0.1:9001", "kvblocks", "tier/"),
-        host_pacer("http://127.0.0.1:9000", "kvother", "tier/"),
-        host_pacer("http://127.0.0.1:9000", "kvblocks", "other/"),
-    ]
-    assert len({p.path for p in [a, *others]}) == 4
-    assert all(p.path.parent == tmp_path and str(os.getuid()) in p.path.name for p in others)
+def test_a_process_holding_the_lock_never_holds_this_ones_lookups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "pace.json"
+    holder = subprocess.Popen(  # a stopped or hung process that keeps the lock
+        [sys.executable, "-c", HOLD_THE_LOCK, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        tries: list[int] = []
+        real_flock = _host_pace.fcntl.flock
+        monkeypatch.setattr(_host_pace.fcntl, "flock", lambda fd, op: (tries.append(op), real_flock(fd, op))[1])
+        monkeypatch.setattr(_host_pace, "ALONE_S", 0.2)
+        pacer = HostPacer(path)
+        with caplog.at_level(logging.WARNING, logger="kvprobe.backends._host_pace"):
+            assert pacer.reserve(1, time.monotonic() + 5) is not None  # paced alone, not refused
+        assert pacer.snapshot()["host_fallbacks"] == 2 and "held it" in caplog.text
+        assert tries  # it tried the lock, then gave up
+        tries.clear()
+        pacer.failed(time.monotonic(), 1, retry_after_s=30.0)
+        assert not tries and pacer.reserve(1, time.monotonic() + 5) is None  # alone: no wait, its own word holds
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    time.sleep(0.25)  # past ALONE_S: the file again, the holder gone
+    assert pacer.reserve(1, time.monotonic() + 5) is not None  # the host's pace: the alone pace's hold is not in it
+    assert tries and json.loads(path.read_text())["pace"]
+
+
+def test_a_snapshot_leaves_the_file_alone(tmp_path: Path) -> None:
+    path = tmp_path / "pace.json"
+    pacer = HostPacer(path)
+    pacer.failed(time.monotonic(), 1)
+    before = path.read_bytes()
+    pacer.snapshot()
+    assert path.read_bytes() == before
 
 
 def test_the_object_backend_takes_a_pace_scope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,15 +13,18 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import os
 import random
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from obj_fakes import FakeStore
 
+from kvprobe.backends._host_pace import PACE_SCOPES, HostPacer, host_pacer, pace_dir
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
 from kvprobe.backends._pacing import PaceCore, Pacer, parse_retry_after, shared_pacer
 
@@ -176,22 +179,34 @@ def test_bad_parameters_are_refused(params: dict[str, Any], match: str) -> None:
         PaceCore(0.0, **params)
 
 
-def test_one_pace_per_store_shared_and_none_across_stores() -> None:
-    a = shared_pacer("http://127.0.0.1:9000", "kvblocks", "tier/")
-    assert shared_pacer("http://127.0.0.1:9000", "kvblocks", "tier/") is a
+@pytest.mark.parametrize("scope", PACE_SCOPES)
+def test_one_pace_per_store_shared_and_none_across_stores(
+    scope: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVPROBE_PACE_DIR", str(tmp_path))
+    pacer_of = shared_pacer if scope == "process" else host_pacer
+    a = pacer_of("http://127.0.0.1:9000", "kvblocks", "tier/")
+    assert pacer_of("http://127.0.0.1:9000", "kvblocks", "tier/") is a
     others = [
-        shared_pacer("http://127.0.0.1:9001", "kvblocks", "tier/"),
-        shared_pacer("http://127.0.0.1:9000", "kvother", "tier/"),
-        shared_pacer("http://127.0.0.1:9000", "kvblocks", "other/"),
+        pacer_of("http://127.0.0.1:9001", "kvblocks", "tier/"),
+        pacer_of("http://127.0.0.1:9000", "kvother", "tier/"),
+        pacer_of("http://127.0.0.1:9000", "kvblocks", "other/"),
     ]
     assert all(p is not a for p in others) and len({id(p) for p in others}) == 3
     a.failed(time.monotonic(), 1, retry_after_s=30.0)  # the store said: wait
-    assert shared_pacer("http://127.0.0.1:9000", "kvblocks", "tier/").reserve(1, time.monotonic() + 5) is None
+    assert pacer_of("http://127.0.0.1:9000", "kvblocks", "tier/").reserve(1, time.monotonic() + 5) is None
     assert all(p.reserve(1, time.monotonic() + 5) is not None for p in others)
+    if scope == "host":  # one file per store and user, in the pace directory
+        assert pace_dir() == tmp_path
+        paths = {p.path for p in [a, *others] if isinstance(p, HostPacer)}
+        assert len(paths) == 4 and all(p.parent == tmp_path and f"-{os.getuid()}-" in p.name for p in paths)
     del a
     gc.collect()
-    fresh = shared_pacer("http://127.0.0.1:9000", "kvblocks", "tier/")  # nobody held it: a new one, unpaced
-    assert fresh.snapshot()["holds"] == 0
+    fresh = pacer_of("http://127.0.0.1:9000", "kvblocks", "tier/")
+    if scope == "process":  # nobody held it: a new one, unpaced
+        assert fresh.snapshot()["holds"] == 0
+    else:  # the file outlives the process's pacer: the store's word still holds
+        assert fresh.reserve(1, time.monotonic() + 5) is None
 
 
 # --- the pace against store models, on a virtual clock --------------------------------
