@@ -26,19 +26,20 @@ it, and no caller thread is stranded.
 
 Pacing (see :mod:`kvprobe.backends._pacing`).  Every query first reserves
 its HEADs from the store's pace, :attr:`NixlObjBackend.pacer`, which every
-backend of the process on the same endpoint, bucket and prefix shares (so
-every group and every manager): unpaced until the store pushes back, then a
+backend on the same endpoint, bucket and prefix shares (so every group and
+every manager): unpaced until the store pushes back, then a
 CUBIC rate lowered by failed queries (a ``503`` counts, with or without a
 body; so do NIXL's failures, whose cause it does not report; timeouts do
 not) and checked: a decrease that does not reduce the failures per HEAD,
 while the store answers fewer HEADs per second, is undone.  A ``Retry-After``
 on a failure (boto3's retries see the headers; NIXL's do not) holds every
 query of the store until then.  Keys whose query the pace cannot start
-before the deadline are answered MISS at once and counted ``shed``.  With
-``pace_scope="host"`` the pace is shared by every process of the host (and
-user) too, through a file (:mod:`kvprobe.backends._host_pace`): engine
-processes of one host that pace alone misjudge a store they share (one's
-decrease is hidden by the others' HEADs, and can be undone).
+before the deadline are answered MISS at once and counted ``shed``.  By
+default (``pace_scope="host"``) the pace is shared by every process of the
+host (and user) too, through a file (:mod:`kvprobe.backends._host_pace`):
+engine processes of one host that pace alone misjudge a store they share
+(one's decrease is hidden by the others' HEADs, and can be undone);
+``pace_scope="process"`` keeps the pace to the process.
 
 Quiet by default.  NIXL writes one glog-style line per failed HEAD to stderr
 (``checkObjectExistsAsync error: No response body.``: thousands under
@@ -101,7 +102,7 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 from kvprobe.backends._host_pace import PACE_SCOPES, host_pacer
@@ -183,11 +184,14 @@ class NixlObjBackend:
             sees the store's ``Retry-After``; queries of several keys and a
             key's first retry stay on NIXL, the faster path.  Ignored
             without boto3.
-        pace_scope: who shares the store's pace: ``"process"`` (every
-            backend of this process on the same endpoint, bucket and prefix)
-            or ``"host"`` (every process of this host and user too, through a
-            file: for several engine processes per host sharing a store; see
-            :mod:`kvprobe.backends._host_pace`).
+        pace_scope: who shares the store's pace: ``"host"`` (the default:
+            every backend of every process of this host and user on the same
+            endpoint, bucket and prefix, through a file, so that several
+            engine processes of a host sharing a store pace as one; see
+            :mod:`kvprobe.backends._host_pace`; a file it cannot use, or
+            another process holding it, leaves the process pacing alone,
+            never failing a lookup) or ``"process"`` (this process's
+            backends only; no file).
         seed: seeds the retry jitter (None: from the OS).
         extra_params: more OBJ ``create_backend`` parameters (strings), e.g.
             ``use_virtual_addressing`` or ``ca_bundle``; they override ours.
@@ -204,6 +208,17 @@ class NixlObjBackend:
         RuntimeError: NIXL could not create the agent or backend.
         No agent is left alive after any of these.
     """
+
+    #: The windows a manager walks this tier's chains with unless told
+    #: otherwise (first window, growth; ``KvprobeManager(chain_window=...,
+    #: chain_window_growth=...)`` override it).  Narrower than the manager's
+    #: default (16, 2): HEADs past a chain's stored prefix are what throttle
+    #: a fleet sharing a bucket, and growth 1.25 sends at most a quarter more
+    #: than the prefix where 2 may send twice as many.  The price is steps:
+    #: 3,600-block prompts with stored prefixes of every length take 17.6
+    #: calls on average instead of 6.7 (docs/chains.md); docs/fleet.md
+    #: measures the gain on Ceph RGW.
+    chain_schedule: ClassVar[tuple[int, float]] = (4, 1.25)
 
     def __init__(
         self,
@@ -223,7 +238,7 @@ class NixlObjBackend:
         max_attempts: int | None = 1,
         connect_timeout_s: float = 2.0,
         retry_with_boto3: bool = True,
-        pace_scope: str = "process",
+        pace_scope: str = "host",
         seed: int | None = None,
         extra_params: Mapping[str, str] | None = None,
         check: bool = True,

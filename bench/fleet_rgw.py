@@ -13,7 +13,8 @@ stopped by its pid):
   rate limits enforce it.  The proxy counts the HEADs the fleet sent;
 * ``--engines`` engine processes (:mod:`bench.fleet_rgw_engine`), each an
   ``AsyncLookupManager`` over a ``NixlObjBackend`` on the proxy with the
-  library's defaults (``lookup_chain``, its chain window, pacing on) and
+  library's defaults (``lookup_chain`` in the object tier's windows, 4
+  growing by 1.25; pacing on, one pace for the host's engines) and
   one chain mode per run (``--chain-modes``: ``exact``, the library's
   default, and the opt-in ``inferred`` search, valid here because the store
   is filled prefix-closed), receiving Poisson arrivals of ``--rate`` requests per second for
@@ -64,12 +65,11 @@ from bench.docdata import DATA_DIR, dumps, render
 from bench.fleet_rgw_engine import CHAIN, prompt_keys
 from bench.fleet_rgw_report import comparison, markdown, mode_tables, schedule_label, seed_figures
 from kvprobe.backends._host_pace import PACE_SCOPES
+from kvprobe.backends.nixl_obj import NixlObjBackend
 from kvprobe.statemachine.inferred import CHAIN_MODES, EXACT
 from kvprobe.statemachine.types import KvprobeError
 from kvprobe.statemachine.windows import (
     ALL,
-    DEFAULT_CHAIN_WINDOW,
-    DEFAULT_CHAIN_WINDOW_GROWTH,
     chain_window_size,
     window_growth,
 )
@@ -100,9 +100,9 @@ class Setup:
     head_burst: float | None = None  # the cap's depth (HEADs); None: a tenth of a second of head_rate
     pool: int = 160  # prompts stored
     engine_timeout_s: float = 90.0  # an engine slower than duration + deadline + this is killed
-    chain_window: int = DEFAULT_CHAIN_WINDOW  # the engines' first window (exact mode)
-    chain_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH  # how their windows grow (chain_window_growth)
-    pace_scope: str = "process"  # who shares a store's pace: each engine process alone, or the host's
+    chain_window: int = NixlObjBackend.chain_schedule[0]  # the engines' first window (exact mode): the tier's
+    chain_growth: float = NixlObjBackend.chain_schedule[1]  # how their windows grow (chain_window_growth)
+    pace_scope: str = "host"  # who shares a store's pace: the host's engine processes (the default), or each alone
 
     def cap(self) -> dict[str, float]:
         """The proxy's cap settings."""

@@ -3,7 +3,8 @@
 Run as ``python -m bench.fleet_rgw_engine PLAN.json`` by :mod:`bench.fleet_rgw`
 (loopback only; the parent stops it by its pid if it overruns).  It builds a
 :class:`~kvprobe.backends.nixl_obj.NixlObjBackend` on the plan's endpoint
-(the rate-capping proxy) with the library's defaults (pacing on) and an
+(the rate-capping proxy) with the library's defaults (pacing on, one pace
+for the host unless the plan names a ``pace_scope``) and an
 :class:`~kvprobe.statemachine.AsyncLookupManager` over it with the plan's
 ``chain_window`` and ``chain_window_growth`` (the library's defaults when
 the plan names none), the plan's ``chain_mode`` (``"exact"``, the library's
@@ -48,22 +49,21 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     """
     from kvprobe.backends.nixl_obj import NixlObjBackend
     from kvprobe.statemachine import AsyncLookupManager, ReqContext
-    from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH
 
     backend = NixlObjBackend(
         bucket=plan["bucket"],
         endpoint_url=plan["endpoint_url"],
         access_key=plan["access_key"],
         secret_key=plan["secret_key"],
-        pace_scope=plan.get("pace_scope", "process"),
+        **({"pace_scope": plan["pace_scope"]} if "pace_scope" in plan else {}),
     )
     m = AsyncLookupManager(
         backend,
         name=f"engine-{plan['engine']}",
         lookup_timeout_s=backend.deadline_s + 1.0,
         chain_mode=plan.get("chain_mode", "exact"),
-        chain_window=plan.get("chain_window", DEFAULT_CHAIN_WINDOW),
-        chain_window_growth=plan.get("chain_window_growth", DEFAULT_CHAIN_WINDOW_GROWTH),
+        chain_window=plan.get("chain_window"),  # None: the object tier's (NixlObjBackend.chain_schedule)
+        chain_window_growth=plan.get("chain_window_growth"),
     )
     print("ready", flush=True)
     sys.stdin.readline()

@@ -41,10 +41,7 @@ from kvprobe.statemachine.types import (
 from kvprobe.statemachine.verdict_cache import VerdictCache, VerdictMemory
 from kvprobe.statemachine.weak_backend import BackendAnchor, WeakBackend
 from kvprobe.statemachine.windows import (
-    DEFAULT_CHAIN_WINDOW,
-    DEFAULT_CHAIN_WINDOW_GROWTH,
-    chain_window_size,
-    window_growth,
+    chain_schedule,
     window_name,
 )
 from kvprobe.statemachine.workers import (
@@ -101,12 +98,15 @@ class AsyncLookupManager:
             only once every key before it is known stored; see
             :mod:`kvprobe.statemachine.windows`), or ``"all"``: every key up
             to the first known miss at once (fewest steps to an answer, most
-            backend checks).
+            backend checks).  Not given: the backend's ``chain_schedule``
+            (first window, growth) if it has one (the object tier's is 4,
+            1.25: docs/fleet.md), else 16.
         chain_window_growth: how much each window of ``lookup_chain`` grows
             on the one before (window ``k`` holds ``ceil(chain_window *
-            growth**k)`` keys): 2 (default) doubles; a smaller growth probes
-            fewer keys past the stored prefix in more windows (docs/chains.md).
-            Unused with ``chain_window="all"``.
+            growth**k)`` keys): 2 doubles; a smaller growth probes fewer keys
+            past the stored prefix in more windows (docs/chains.md).  Not
+            given: the backend's ``chain_schedule``, else 2.  Unused with
+            ``chain_window="all"``.
         chain_mode: ``"exact"`` (the default): ``lookup_chain`` probes every
             key up to the first known miss; ``"inferred"``: for tiers written
             in chain order (a block is stored only if the blocks before it
@@ -137,6 +137,7 @@ class AsyncLookupManager:
             count is below 1, ``worker`` is an unknown string, or
             ``chain_window`` is below 1 or a string other than ``"all"``,
             ``chain_window_growth`` is not above 1, above 16, NaN or infinite,
+            the backend's ``chain_schedule`` is not such a pair,
             or ``chain_mode`` is a string other than ``"exact"`` or
             ``"inferred"`` (not a string: InvalidInputError).
             Nothing was started.
@@ -158,8 +159,8 @@ class AsyncLookupManager:
         checked: bool = False,
         trace: TraceSink | None = None,
         shutdown_timeout_s: float = 5.0,
-        chain_window: int | Literal["all"] = DEFAULT_CHAIN_WINDOW,
-        chain_window_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH,
+        chain_window: int | Literal["all"] | None = None,
+        chain_window_growth: float | None = None,
         chain_mode: Literal["exact", "inferred"] = "exact",
         verdict_cache: VerdictCache | None = None,
     ) -> None:
@@ -175,8 +176,8 @@ class AsyncLookupManager:
         check_count("max_stuck_calls", max_stuck_calls)
         check_count("max_concurrent_groups", max_concurrent_groups)
         check_hold("busy_call_hold_s", busy_call_hold_s)
-        first_window = chain_window_size(chain_window)
-        growth = window_growth(chain_window_growth)
+        tier_schedule = getattr(backend, "chain_schedule", None)
+        first_window, growth = chain_schedule(chain_window, chain_window_growth, tier_schedule)
         walk_mode = chain_mode_name(chain_mode)
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")

@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_CHAIN_WINDOW",
     "DEFAULT_CHAIN_WINDOW_GROWTH",
     "MAX_CHAIN_WINDOW_GROWTH",
+    "chain_schedule",
     "chain_window_size",
     "window_end",
     "window_growth",
@@ -106,6 +107,38 @@ def window_growth(value: object) -> float:
             f"chain_window_growth must be above 1 and at most {MAX_CHAIN_WINDOW_GROWTH:g}, got {value!r}"
         )
     return growth
+
+
+def chain_schedule(window: object, growth: object, tier_schedule: object = None) -> tuple[int, float]:
+    """The first window and growth a manager walks chains with: each as asked, else the tier's, else the default.
+
+    ``window`` and ``growth`` are the manager's ``chain_window`` and
+    ``chain_window_growth`` arguments, None when not given;
+    ``tier_schedule`` is the backend's ``chain_schedule`` attribute (a
+    ``(first window, growth)`` pair: the walk its store is best served by),
+    None when it has none.  A tier may ask for narrower windows than the
+    default because its store throttles a fleet's HEADs past the stored
+    prefix (the object tier); the caller's argument always wins.
+
+    Raises:
+        InvalidInputError, InvalidValueError: an argument, as
+            :func:`chain_window_size` and :func:`window_growth` say.
+        InvalidValueError: ``tier_schedule`` is not such a pair (the
+            message names the backend's attribute).
+    """
+    first, grows = DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH
+    if tier_schedule is not None:
+        try:
+            tier_first, tier_growth = tier_schedule  # type: ignore[misc]
+            first, grows = chain_window_size(tier_first), window_growth(tier_growth)
+        except (TypeError, ValueError) as exc:
+            raise InvalidValueError(
+                f"the backend's chain_schedule must be a (first window, growth) pair, got {tier_schedule!r}: {exc}"
+            ) from None
+    return (
+        first if window is None else chain_window_size(window),
+        grows if growth is None else window_growth(growth),
+    )
 
 
 def window_name(first: int) -> int | str:

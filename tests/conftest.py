@@ -48,3 +48,15 @@ def pytest_configure(config: pytest.Config) -> None:
     info = build_info()
     if info.stale:
         pytest.exit(f"kvprobe: {info.describe()}", returncode=4)
+
+
+@pytest.fixture(autouse=True)
+def _own_pace_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's object-tier paces (shared by the host's processes by default) in a directory of its own.
+
+    A pace outlives the backends that used it (the file is the host's), so
+    without this one test's throttled store would pace the next test's
+    lookups, and the suite would leave files in ``/dev/shm``.  Processes a
+    test starts inherit the directory.
+    """
+    monkeypatch.setenv("KVPROBE_PACE_DIR", str(tmp_path_factory.mktemp("pace")))

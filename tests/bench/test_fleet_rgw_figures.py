@@ -34,7 +34,8 @@ def test_found_wrong_late_and_the_head_ratio_count_what_they_say() -> None:
         _outcome(0, 2, after=6.5),  # an absent block answered True, and settled late
         _outcome(30, 30, after=5.5, inferred=25),  # found, 25 keys inferred, decided after its deadline (not late)
     ]
-    f = seed_figures(_raw(outcomes, heads=270, throttled=54, exits=(0, -6)), Setup())
+    wide = Setup(chain_window=16, chain_growth=2.0)  # windows end at 16, 48, 112: the rounds counted below
+    f = seed_figures(_raw(outcomes, heads=270, throttled=54, exits=(0, -6)), wide)
     ideal = 11 + 64 + 21 + 6 + 1 + 31
     assert f["found"] == pytest.approx(3 / 6) and f["decided"] == pytest.approx(5 / 6)
     assert f["wrong"] == 1 and f["late"] == 1 and f["slowest_s"] == 6.5
@@ -107,16 +108,18 @@ def test_the_modes_are_shown_apart_and_side_by_side() -> None:
 
 
 def test_other_window_schedules_are_named_and_refused_as_the_manager_would() -> None:
-    small = Setup(chain_window=1, chain_growth=1.25)
+    assert (Setup().chain_window, Setup().chain_growth, Setup().pace_scope) == (4, 1.25, "host")  # the tier's
+    small = Setup(chain_window=1, chain_growth=1.25, pace_scope="process")
     f = seed_figures(_raw([_outcome(10, 10)], heads=12, throttled=0), small)
     assert f["schedule"] == [1, 1.25, "process"]
-    host = Setup(pace_scope="host")
+    host = Setup(chain_window=16, chain_growth=2.0, pace_scope="host")
     assert seed_figures(_raw([_outcome(10, 10)], 12, 0), host)["schedule"] == [16, 2, "host"]
     # Two engines each reporting a decrease: two paces' decreases, or the host's one pace's, counted once.
     two = _raw([_outcome(10, 10)], 12, 0, exits=(0, 0))
     two["engines"][1]["result"] = two["engines"][0]["result"]
-    assert seed_figures(two, Setup())["decreases"] == 2 and seed_figures(two, host)["decreases"] == 1
-    # The windows a schedule sends: 1, 2, 2, 2, 3, 4 keys end at 14 > 10, where the default sends 16.
+    alone = Setup(pace_scope="process")
+    assert seed_figures(two, alone)["decreases"] == 2 and seed_figures(two, host)["decreases"] == 1
+    # The windows a schedule sends: 1, 2, 2, 2, 3, 4 keys end at 14 > 10, where windows of 16 send 16.
     assert f["windows_per_request"] == 14 and rounds(10, 1, 1.25) == 6
     side = comparison({schedule_label(16, 2): [f], schedule_label(1, 1.25): [f]})
     assert side["columns"][2:4] == [
@@ -138,8 +141,11 @@ def test_other_window_schedules_are_named_and_refused_as_the_manager_would() -> 
     [
         (["--schedules", "1"], "a schedule is WINDOW:GROWTH"),
         (["--schedules", "one:2"], "a schedule is WINDOW:GROWTH"),
-        (["--schedules", "16:2"], "is the engines' own"),
-        (["--schedules", "16:2:host", "--pace-scope", "host"], "is the engines' own"),
+        (["--schedules", "4:1.25"], "is the engines' own"),
+        (
+            ["--schedules", "16:2:process", "--chain-window", "16", "--chain-growth", "2", "--pace-scope", "process"],
+            "is the engines' own",
+        ),
         (["--schedules", "4:2:cluster"], "a schedule is WINDOW:GROWTH[:process|host]"),
         (["--schedules", "0:2"], "chain_window must be at least 1"),
         (["--schedules", "1:2", "--chain-modes", "inferred"], "--chain-modes must include exact"),

@@ -148,7 +148,6 @@ def test_the_chain_mutants_differ_from_the_model_at_every_growth(
     [
         (True, InvalidInputError, r"got bool"),
         ("1.5", InvalidInputError, r"got str"),
-        (None, InvalidInputError, r"got NoneType"),
         (1, InvalidValueError, r"above 1 .*got 1$"),
         (1.0, InvalidValueError, r"got 1.0"),
         (0.5, InvalidValueError, r"got 0.5"),
