@@ -129,8 +129,9 @@ def chain_schedule(window: object, growth: object, tier_schedule: object = None)
     first, grows = DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH
     if tier_schedule is not None:
         try:
-            tier_first, tier_growth = tier_schedule  # type: ignore[misc]
-            first, grows = chain_window_size(tier_first), window_growth(tier_growth)
+            if not isinstance(tier_schedule, (tuple, list)) or len(tier_schedule) != 2:
+                raise ValueError("not a pair")
+            first, grows = chain_window_size(tier_schedule[0]), window_growth(tier_schedule[1])
         except (TypeError, ValueError) as exc:
             raise InvalidValueError(
                 f"the backend's chain_schedule must be a (first window, growth) pair, got {tier_schedule!r}: {exc}"
