@@ -229,12 +229,12 @@ def mode_tables(
     return out
 
 
-def schedule_label(first: int, growth: float, pace_scope: str = "process") -> str:
+def schedule_label(first: int, growth: float, pace_scope: str) -> str:
     """How the schedules table names the exact walk whose windows start at ``first`` keys and grow by ``growth``.
 
-    ``pace_scope``: the engines' (named when it is the host's).
+    ``pace_scope``: the engines' (``"process"``: each paces alone; ``"host"``: one pace for the host's).
     """
-    return f"windows {first}, \u00d7{growth:g}" + (", host pace" if pace_scope == "host" else "")
+    return f"windows {first}, \u00d7{growth:g}, {pace_scope} pace"
 
 
 def markdown(table: dict[str, Any]) -> str:

@@ -61,7 +61,7 @@ def test_rgw_rounds_follow_the_schedule() -> None:
 
 def test_rgw_figures_count_windows_by_the_setup_schedule() -> None:
     outcomes = [_outcome(20, 20), _outcome(50, 50, decided=False)]
-    doubling = seed_figures(_raw(outcomes, heads=120, throttled=0), Setup())
+    doubling = seed_figures(_raw(outcomes, heads=120, throttled=0), Setup(chain_window=16, chain_growth=2.0))
     grown = seed_figures(_raw(outcomes, heads=120, throttled=0), Setup(chain_window=16, chain_growth=1.5))
     assert doubling["windows_per_request"] == (48 + 64) / 2  # window ends 48 and 112 (the chain's end: 64)
     assert grown["windows_per_request"] == (40 + 64) / 2  # window ends 40 and 76

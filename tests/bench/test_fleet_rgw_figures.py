@@ -121,12 +121,12 @@ def test_other_window_schedules_are_named_and_refused_as_the_manager_would() -> 
     assert seed_figures(two, alone)["decreases"] == 2 and seed_figures(two, host)["decreases"] == 1
     # The windows a schedule sends: 1, 2, 2, 2, 3, 4 keys end at 14 > 10, where windows of 16 send 16.
     assert f["windows_per_request"] == 14 and rounds(10, 1, 1.25) == 6
-    side = comparison({schedule_label(16, 2): [f], schedule_label(1, 1.25): [f]})
+    side = comparison({schedule_label(16, 2, "host"): [f], schedule_label(1, 1.25, "process"): [f]})
     assert side["columns"][2:4] == [
-        "windows 16, \u00d72: median [min\u2013max]",
-        "windows 16, \u00d72: met by every seed",
+        "windows 16, \u00d72, host pace: median [min\u2013max]",
+        "windows 16, \u00d72, host pace: met by every seed",
     ]
-    assert side["columns"][4] == "windows 1, \u00d71.25: median [min\u2013max]"
+    assert side["columns"][4] == "windows 1, \u00d71.25, process pace: median [min\u2013max]"
     assert schedule_label(4, 1.25, "host") == "windows 4, \u00d71.25, host pace"
     with pytest.raises(ValueError, match="chain_window must be at least 1"):
         measure(Setup(), [1], schedules=[(0, 2.0, "process")])  # refused before any store is started
