@@ -307,10 +307,25 @@ class Engine:
             self._answer(req, step, now, hits)
 
     def _answer(self, req: Request, step: int, now: float, hits: int) -> None:
+        keys, holds = req.prompt.keys, self.fleet.tier.holds
+        held = next((i for i in range(hits) if not holds(keys[i])), hits)
+        if held < hits:
+            # Blocks answered stored that the tier lost since (a remembered
+            # verdict, or an eviction during the lookup): their load fails,
+            # the engine tells the core (the contract's mark_miss) and
+            # computes from the first one.
+            gone = [k for k in keys[held:hits] if not holds(k)]
+            req.stale = len(gone)
+            self.core.mark_miss(gone)
+            hits = held
         req.answered_step = step
         req.leading_hits = hits
         del self.waiting[req.ctx.req_id]
-        heapq.heappush(self.finishing, (now + self.rng.expovariate(1.0 / self.w.serve_s), self._ids, req.ctx.req_id))
+        done = now + self.rng.expovariate(1.0 / self.w.serve_s)
+        heapq.heappush(self.finishing, (done, self._ids, req.ctx.req_id))
+        lost = keys[hits : req.prompt.stored]
+        if not all(map(holds, lost)):  # evicted blocks it computes: written back once computed
+            self.fleet.schedule(done, lambda at: self.fleet.tier.write_back(lost))
         if req.tracked:
             self.fleet.tracked_open -= 1
             self.fleet.answered.append(req)

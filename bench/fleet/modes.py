@@ -128,6 +128,7 @@ class Request:
     answered_step: int = -1
     leading_hits: int = 0
     probes: int = 0  # new probes this request's lookups created
+    stale: int = 0  # blocks answered stored that were gone when loaded (their load failed: mark_miss)
 
 
 class LookupMode(Protocol):

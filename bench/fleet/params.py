@@ -122,6 +122,13 @@ class WorkloadParams:
     #: offers the tier what it computed, and a block answered MISS looks new
     #: to it); blocks generated while decoding are not counted.
     puts_per_computed_block: float = 1.0
+    #: assumption: how often (per hour) each shared prefix loses a suffix of
+    #: its stored blocks, drawn uniformly (an evictor trimming the tier, or
+    #: a lifecycle rule); the next request that computes those blocks writes
+    #: them back.  0 (the default): the tier never loses a block.  What a
+    #: verdict remembered across requests costs when it does:
+    #: ``bench.fleet.eviction``.
+    shared_evictions_per_h: float = 0.0
     #: assumption: one scheduler step every 30 ms (a decode step of a batch
     #: on one GPU); lookup delays are reported in these steps.
     step_s: float = 0.030

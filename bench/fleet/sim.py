@@ -52,7 +52,7 @@ from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
 __all__ = ["CACHE_COUNTERS", "Scenario", "run"]
 
 #: The verdict-memory counters the figures report (``VerdictMemory``).
-CACHE_COUNTERS = ("recalled", "remembered", "expired", "evicted")
+CACHE_COUNTERS = ("recalled", "remembered", "expired", "evicted", "forgotten")
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,18 @@ def run(sc: Scenario) -> dict[str, Any]:
         engine = Engine(i, fleet, mode, workload, sc.workload, backend, erng, lazy=sc.lazy, fair=sc.fair)
         engines.append(engine)
         engine.start()
+
+    # Evictions (none by default: drawn from their own generator, after
+    # every other draw, so that runs without them are the runs they were).
+    evictions_per_s = sc.workload.shared_evictions_per_h * len(shared) / 3600.0
+    if evictions_per_s > 0:
+        evicting = random.Random(rng.random())
+
+        def evict(at: float) -> None:
+            tier.evict_suffix(shared[evicting.randrange(len(shared))], evicting)
+            schedule(at + evicting.expovariate(evictions_per_s), evict)
+
+        schedule(evicting.expovariate(evictions_per_s), evict)
 
     # The engines' cache counters when the window opens and closes (the
     # close is read after the loop if the run stops first: nothing ran past
@@ -237,6 +249,11 @@ def _figures(
         "stored_blocks_lost": 1 - hits / stored if stored else 0.0,
         "stored_found": hits / stored if stored else 1.0,
         "answers_above_truth": wrong,
+        "stale_blocks_per_request": sum(r.stale for r in answered) / len(answered) if answered else math.nan,
+        "stale_requests": sum(r.stale > 0 for r in answered) / len(answered) if answered else math.nan,
+        "tier_evictions": fleet.tier.evictions,
+        "tier_evicted_blocks": fleet.tier.evicted_blocks,
+        "tier_rewritten_blocks": fleet.tier.rewritten_blocks,
         "backend": dict(sorted(fleet.counts.items())),
         "calls": fleet.calls,
         "keys_called": fleet.keys_called,

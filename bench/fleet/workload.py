@@ -28,9 +28,26 @@ class Tier:
 
     def __init__(self) -> None:
         self.keys: set[bytes] = set()
+        self.evictions = 0  # suffixes evicted
+        self.evicted_blocks = 0
+        self.rewritten_blocks = 0  # evicted blocks written back by a request that computed them
 
     def holds(self, key: bytes) -> bool:
         return key in self.keys
+
+    def evict_suffix(self, prefix: Prompt, rng: random.Random) -> None:
+        """``prefix`` loses a uniformly drawn suffix of its stored blocks (those still held)."""
+        if prefix.stored:
+            gone = self.keys.intersection(prefix.keys[rng.randrange(prefix.stored) : prefix.stored])
+            self.keys -= gone
+            self.evictions += 1
+            self.evicted_blocks += len(gone)
+
+    def write_back(self, keys: tuple[bytes, ...]) -> None:
+        """A request computed ``keys`` (blocks the workload stores) and wrote those the tier had lost."""
+        lost = [k for k in keys if k not in self.keys]
+        self.keys.update(lost)
+        self.rewritten_blocks += len(lost)
 
 
 class Workload:
