@@ -25,28 +25,23 @@ Results: ``bench/results/fleet_eviction.json``; ``--update-docs`` writes
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
-import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
-from bench.docdata import dumps
+from bench.common import DOCS_DIR, RESULTS_DIR
 from bench.fleet.__main__ import (
     FULL_RUN,
     QUICK_RUN,
-    QUICK_SEEDS,
-    SEEDS,
     Runs,
     scenario_fields,
-    seeds_option,
     split_partitions,
     verdict_cache,
 )
+from bench.fleet.command import record_head, table_main
 from bench.fleet.params import StoreParams, WorkloadParams
 from bench.fleet.sim import Scenario
 from bench.fleet.spread import cell, dollars, percent, span
@@ -120,25 +115,14 @@ def simulate(seeds: Sequence[int], *, quick: bool) -> dict[str, Any]:
             by_seed = [measure(ttl, rate, seed, runs, quick=quick) for seed in seeds]
             cases.append({"hit_ttl_s": ttl, "evictions_per_h": rate, "by_seed": by_seed})
             print(" | ".join(_row(ttl, rate, by_seed)), flush=True)
-    window_s, warmup_s, max_sim = QUICK_RUN if quick else FULL_RUN
-    load = load_average()
     wall = time.perf_counter() - started
     engines = QUICK_ENGINES if quick else ENGINES
     columns = ["stored verdicts kept", "a shared prefix loses a suffix"]
     columns += [f"{name} ({engines:,} engines, split)" for _, name, _ in COLUMNS]
     rows = [_row(c["hit_ttl_s"], c["evictions_per_h"], c["by_seed"]) for c in cases]
+    title = "What remembering stored verdicts costs on a tier that evicts"
     return {
-        "title": "What remembering stored verdicts costs on a tier that evicts" + (" (quick)" if quick else ""),
-        "date": f"{date:%Y-%m-%d %H:%M} UTC",
-        "machine": {**machine(), "load": "not recorded" if load is None else f"{load[0]} at the end"},
-        "command": "python -m bench.fleet.eviction" + (" --quick" if quick else "") + seeds_option(seeds, quick=quick),
-        "note": f"{len(seeds)} seeds, {len(runs)} runs, {wall / 60:.1f} min",
-        "source": "written by bench.fleet.eviction (virtual time: the figures do not depend on the machine)",
-        "wall_s": wall,
-        "seeds": list(seeds),
-        "window_s": window_s,
-        "warmup_s": warmup_s,
-        "max_sim_engines": max_sim,
+        **record_head(title, "bench.fleet.eviction", seeds, quick=quick, date=date, runs=len(runs), wall_s=wall),
         "engines": engines,
         "chain_schedule": list(NixlObjBackend.chain_schedule),
         "cases": cases,
@@ -152,28 +136,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     Exits through the parser (status 2) on bad options: ``--update-docs``
     with ``--quick``, or seeds repeated.
     """
-    parser = argparse.ArgumentParser(prog="python -m bench.fleet.eviction", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_ENGINES} engines, a short window, 2 seeds")
-    parser.add_argument("--seeds", type=int, nargs="+", help=f"default {list(SEEDS)} ({list(QUICK_SEEDS)} quick)")
-    parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
-    parser.add_argument("--update-docs", action="store_true", help=f"write {DOCS_JSON} instead (not with --quick)")
-    args = parser.parse_args(argv)
-    if args.update_docs and args.quick:
-        parser.error("--update-docs with --quick: a quick run's fleet is smaller than the 1,000 engines documented")
-    seeds = list(args.seeds or (QUICK_SEEDS if args.quick else SEEDS))
-    if len(set(seeds)) != len(seeds):
-        parser.error(f"seeds must differ, got {seeds}")
-    record = simulate(seeds, quick=args.quick)
-    table = record["tables"]["eviction"]
-    print("\n| " + " | ".join(table["columns"]) + " |")
-    for cells in table["rows"]:
-        print("| " + " | ".join(cells) + " |")
-    path = DOCS_JSON if args.update_docs else args.json
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        f.write(dumps(record))
-    print(f"\n{len(seeds)} seeds in {record['wall_s']:.0f} s; results: {path}")
-    return 0
+    return table_main(
+        argv,
+        module="bench.fleet.eviction",
+        description=__doc__.splitlines()[0],
+        table="eviction",
+        json_path=JSON,
+        docs_json=DOCS_JSON,
+        quick_help=f"{QUICK_ENGINES} engines, a short window, 2 seeds",
+        quick_in_docs="a quick run's fleet is smaller than the 1,000 engines documented",
+        simulate=simulate,
+    )
 
 
 if __name__ == "__main__":

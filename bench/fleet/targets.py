@@ -28,32 +28,27 @@ Results: ``bench/results/fleet_targets.json``; ``--update-docs`` writes
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
-from bench.docdata import dumps
+from bench.common import DOCS_DIR, RESULTS_DIR
 from bench.fleet import realtime
 from bench.fleet.__main__ import (
     FULL_RUN,
     HORIZON_H,
     QUICK_RUN,
-    QUICK_SEEDS,
     ROUND_H,
-    SEEDS,
     Runs,
     scenario_fields,
-    seeds_option,
     split_partitions,
     verdict_cache,
 )
+from bench.fleet.command import record_head, table_main
 from bench.fleet.params import StoreParams, WorkloadParams
 from bench.fleet.sim import Scenario
 from bench.fleet.spread import cell, dollars, percent, span
@@ -188,22 +183,19 @@ def simulate(seeds: Sequence[int], *, quick: bool) -> dict[str, Any]:
         by_seed = [measure(config, seed, runs, quick=quick) for seed in seeds]
         configs.append({**dataclasses.asdict(config), "by_seed": by_seed})
         print(" | ".join(_row(config.label, by_seed)), flush=True)
-    window_s, warmup_s, max_sim = QUICK_RUN if quick else FULL_RUN
-    load = load_average()
     wall = time.perf_counter() - started
+    head = record_head(
+        "The fleet's simulated targets",
+        "bench.fleet.targets",
+        seeds,
+        quick=quick,
+        date=date,
+        runs=len(runs),
+        wall_s=wall,
+    )
     record: dict[str, Any] = {
-        "title": "The fleet's simulated targets" + (" (quick)" if quick else ""),
-        "date": f"{date:%Y-%m-%d %H:%M} UTC",
-        "machine": {**machine(), "load": "not recorded" if load is None else f"{load[0]} at the end"},
-        "command": "python -m bench.fleet.targets" + (" --quick" if quick else "") + seeds_option(seeds, quick=quick),
-        "note": f"{len(seeds)} seeds, {len(runs)} runs, {wall / 60:.1f} min",
-        "source": "written by bench.fleet.targets (virtual time: the figures do not depend on the machine)",
-        "wall_s": wall,
-        "seeds": list(seeds),
+        **head,
         "paced": True,
-        "window_s": window_s,
-        "warmup_s": warmup_s,
-        "max_sim_engines": max_sim,
         "engines": QUICK_ENGINES if quick else ENGINES,
         "split_cost_engines": QUICK_ENGINES if quick else SPLIT_COST_ENGINES,
         "round_h": ROUND_H,
@@ -221,28 +213,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     Exits through the parser (status 2) on bad options: ``--update-docs``
     with ``--quick``, or seeds repeated.
     """
-    parser = argparse.ArgumentParser(prog="python -m bench.fleet.targets", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="25 engines for every target, a short window, 2 seeds")
-    parser.add_argument("--seeds", type=int, nargs="+", help=f"default {list(SEEDS)} ({list(QUICK_SEEDS)} quick)")
-    parser.add_argument("--json", default=JSON, help=f"results file (default {JSON})")
-    parser.add_argument("--update-docs", action="store_true", help=f"write {DOCS_JSON} instead (not with --quick)")
-    args = parser.parse_args(argv)
-    if args.update_docs and args.quick:
-        parser.error("--update-docs with --quick: a quick run's fleets are smaller than the targets' 100 and 1,000")
-    seeds = list(args.seeds or (QUICK_SEEDS if args.quick else SEEDS))
-    if len(set(seeds)) != len(seeds):
-        parser.error(f"seeds must differ, got {seeds}")
-    record = simulate(seeds, quick=args.quick)
-    table = record["tables"]["targets"]
-    print("\n| " + " | ".join(table["columns"]) + " |")
-    for cells in table["rows"]:
-        print("| " + " | ".join(cells) + " |")
-    path = DOCS_JSON if args.update_docs else args.json
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        f.write(dumps(record))
-    print(f"\n{len(seeds)} seeds in {record['wall_s']:.0f} s; results: {path}")
-    return 0
+    return table_main(
+        argv,
+        module="bench.fleet.targets",
+        description=__doc__.splitlines()[0],
+        table="targets",
+        json_path=JSON,
+        docs_json=DOCS_JSON,
+        quick_help="25 engines for every target, a short window, 2 seeds",
+        quick_in_docs="a quick run's fleets are smaller than the targets' 100 and 1,000",
+        simulate=simulate,
+    )
 
 
 if __name__ == "__main__":
