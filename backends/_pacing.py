@@ -343,27 +343,15 @@ class PaceCore:
         if self._holdoff_left:
             self._holdoff_left -= 1
         elif window.failures and failed < 1.0:
-            self._decrease(now, served, failed, sent, window.failures / window.queries)
+            self._decrease(now, served, failed, sent)
 
-    def _decrease(self, now: float, served: float, failed: float, achieved: float, failed_queries: float) -> None:
+    def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:
         current = self.rate(now)
-        if current is not None and achieved < current and failed_queries < 1 - self.beta:
-            # The demand, not the rate, set this window's sends (it used
-            # less than the rate), and the store answered most of its
-            # queries: what was sent and served measure the demand of that
-            # moment, not the store, and a decrease to them would hold the
-            # pace below the next moment's demand for CUBIC's K seconds.  The
-            # few failures say only that the rate, and the bursts it allows,
-            # are too high: one step down from the rate.  (Counted in
-            # queries: a store at its limit fails most queries of 16 HEADs
-            # while failing few of the HEADs, by the per-HEAD estimate.)
-            base = max(self.floor, current)
-        else:
-            base = achieved if current is None else min(current, achieved)
-            # Never down to less than beta times what we sent, but never above
-            # what the store served either: far over its capacity one decrease
-            # lands near it instead of one per window.
-            base = max(self.floor, min(base, served / self.beta))
+        base = achieved if current is None else min(current, achieved)
+        # Never down to less than beta times what we sent, but never above
+        # what the store served either: far over its capacity one decrease
+        # lands near it instead of one per window.
+        base = max(self.floor, min(base, served / self.beta))
         if not self._decreasing:
             self._decreasing, self._top = True, current
         self._verify = (served, failed)

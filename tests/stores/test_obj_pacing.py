@@ -73,38 +73,6 @@ def test_a_window_with_failures_sets_the_rate_to_beta_times_the_rate_achieved_th
     assert core.rate(checked + 1000.0) == pytest.approx(max(2 * core.measured, 1000.0))
 
 
-def _demand_limited_window(core: PaceCore, failing: set[int], *, queries: int, heads: int) -> tuple[float, float]:
-    """``queries`` queries of ``heads`` HEADs at 150 HEAD/s, far below the pace.
-
-    Returns the pace just before the window is judged, and the window's end.
-    """
-    every_s = heads / 150.0
-    _window(core, 1.0, queries=queries - 1, every_s=every_s, failing=failing, heads=heads)
-    t = 1.0 + (queries - 1) * every_s
-    before = core.rate(t + 0.01)
-    assert before is not None and before > 300.0 and core.stats.decreases == 0
-    _window(core, t, queries=1, every_s=every_s, failing={0} if queries - 1 in failing else set(), heads=heads)
-    return before, t + 0.01
-
-
-def test_a_few_failures_while_the_demand_is_below_the_pace_step_it_down_from_its_rate() -> None:
-    """Not down to the demand: on Ceph RGW, a decrease to a quiet moment's demand (184 HEAD/s, the pace at 378)
-    held a host's pace under the next moments' demand for seconds, and that seed found 83 % of its stored prefixes."""
-    core = PaceCore(0.0, start_rate=500.0, window_heads=128, window_min_s=0.5)
-    before, end = _demand_limited_window(core, failing={3}, queries=8, heads=16)
-    assert core.stats.decreases == 1
-    assert core.w_max == pytest.approx(before)  # CUBIC's plateau: the rate it had, not the 150 HEAD/s sent
-    assert core.rate(end) == pytest.approx(0.7 * before)
-
-
-def test_many_failures_while_the_demand_is_below_the_pace_cut_it_to_what_the_store_served() -> None:
-    core = PaceCore(0.0, start_rate=500.0, window_heads=128, window_min_s=0.5)
-    # Single-HEAD queries (as the backend's adapt to failures), 40 % of them failed: the store, not bursts, limits.
-    _, end = _demand_limited_window(core, failing={i for i in range(128) if i % 5 < 2}, queries=128, heads=1)
-    assert core.stats.decreases == 1
-    assert core.rate(end) == pytest.approx(150.0 * 0.6, rel=0.05)  # what it served: 60 % of 150 HEAD/s
-
-
 def test_the_rate_never_goes_below_its_floor() -> None:
     core = PaceCore(0.0, start_rate=0.6, window_heads=2, window_min_s=0.01)
     t = 0.0
