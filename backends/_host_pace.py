@@ -44,7 +44,7 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvprobe.backends._pacing import PaceCore, Pacer, _check_positive, get_or_create
+from kvprobe.backends._pacing import PaceCore, Pacer, check_positive, get_or_create
 
 __all__ = ["PACE_SCOPES", "HostPacer", "host_pacer", "pace_dir"]
 
@@ -90,7 +90,7 @@ class HostPacer(Pacer):
     """
 
     def __init__(self, path: Path, *, idle_reset_s: float = IDLE_RESET_S) -> None:
-        _check_positive("idle_reset_s", idle_reset_s)
+        check_positive("idle_reset_s", idle_reset_s)
         super().__init__()  # the process's own pace: used only when the file cannot be
         self.path = Path(path)
         self.idle_reset_s = float(idle_reset_s)

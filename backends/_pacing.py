@@ -175,9 +175,9 @@ class PaceCore:
         start_rate: float | None = None,
     ) -> None:
         for name, value in (("c", c), ("floor", floor), ("burst_s", burst_s), ("window_min_s", window_min_s)):
-            _check_positive(name, value)
-        _check_positive("idle_s", idle_s)
-        _check_positive("max_hold_s", max_hold_s)
+            check_positive(name, value)
+        check_positive("idle_s", idle_s)
+        check_positive("max_hold_s", max_hold_s)
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must be in (0, 1), got {beta!r}")
         for name, count in (("window_heads", window_heads), ("holdoff_max", holdoff_max)):
@@ -205,7 +205,7 @@ class PaceCore:
         self._holdoff = 1  # windows the next undone decrease makes later ones wait
         self._holdoff_left = 0
         if start_rate is not None:
-            _check_positive("start_rate", start_rate)
+            check_positive("start_rate", start_rate)
             self._set_epoch(start_rate / beta, now)
             self.paced = True
 
@@ -380,7 +380,8 @@ class PaceCore:
         self.t_decrease = now
 
 
-def _check_positive(name: str, value: float) -> None:
+def check_positive(name: str, value: float) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a positive finite number (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 

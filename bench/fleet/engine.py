@@ -307,8 +307,10 @@ class Engine:
             self._answer(req, step, now, hits)
 
     def _answer(self, req: Request, step: int, now: float, hits: int) -> None:
-        keys, holds = req.prompt.keys, self.fleet.tier.holds
-        held = next((i for i in range(hits) if not holds(keys[i])), hits)
+        keys, tier = req.prompt.keys, self.fleet.tier
+        # A tier that never evicted holds every stored block: no scan.
+        evicting, holds = tier.evictions > 0, tier.holds
+        held = next((i for i in range(hits) if not holds(keys[i])), hits) if evicting else hits
         if held < hits:
             # Blocks answered stored that the tier lost since (a remembered
             # verdict, or an eviction during the lookup): their load fails,
@@ -324,8 +326,8 @@ class Engine:
         done = now + self.rng.expovariate(1.0 / self.w.serve_s)
         heapq.heappush(self.finishing, (done, self._ids, req.ctx.req_id))
         lost = keys[hits : req.prompt.stored]
-        if not all(map(holds, lost)):  # evicted blocks it computes: written back once computed
-            self.fleet.schedule(done, lambda at: self.fleet.tier.write_back(lost))
+        if evicting and not all(map(holds, lost)):  # evicted blocks it computes: written back once computed
+            self.fleet.schedule(done, lambda at: tier.write_back(lost))
         if req.tracked:
             self.fleet.tracked_open -= 1
             self.fleet.answered.append(req)
