@@ -32,8 +32,14 @@ a lock and ``time.monotonic`` around one core.
   achieved (but at most ``1 / beta`` times the HEADs per second the store
   answered, so that far over the store's capacity one decrease lands near
   it) and the rate to ``beta * w_max``, held there until the next window
-  has checked the decrease; then the rate follows ``w_max + c * (t - K)**3``
-  with ``K = cbrt(w_max * (1 - beta) / c)``: back at ``w_max`` after ``K``
+  has checked the decrease.  Except when the demand, not the pace, set the
+  window's sends and the store failed fewer than ``1 - beta`` of its HEADs:
+  then what was sent measures a moment's demand, not the store, and
+  ``w_max`` is the rate the pace had (or, from unpaced, the most HEADs per
+  second a window served without a failure in the last ``KEPT_UP_S``
+  seconds, if more than was sent): one step down, not down to the demand.
+  Then the rate follows ``w_max + c * (t - K)**3`` with
+  ``K = cbrt(w_max * (1 - beta) / c)``: back at ``w_max`` after ``K``
   seconds, flat near it, then growing fast.  The constants are botocore's
   adaptive mode's (``c = 0.4``, ``beta = 0.7``, a floor of ``0.5``
   requests/s), and the rate never exceeds twice the rate measured (nor
@@ -159,6 +165,11 @@ class PaceCore:
             ``beta`` in (0, 1)).
     """
 
+    # Seconds a window the store served without a failure anchors a decrease
+    # from unpaced (a store's capacity changes slowly; a quiet moment's demand
+    # does not measure it).
+    KEPT_UP_S = 10.0
+
     def __init__(
         self,
         now: float,
@@ -204,6 +215,10 @@ class PaceCore:
         self._doubted = False  # the last window judged the last decrease useless
         self._holdoff = 1  # windows the next undone decrease makes later ones wait
         self._holdoff_left = 0
+        # The most HEADs per second a window served without a failure, and
+        # when (the store kept up with that much: an anchor for a decrease
+        # from unpaced that a quiet moment's demand would otherwise set).
+        self._kept_up: tuple[float, float] = (-math.inf, 0.0)
         if start_rate is not None:
             check_positive("start_rate", start_rate)
             self._set_epoch(start_rate / beta, now)
@@ -324,6 +339,9 @@ class PaceCore:
         self._window = _Window(now)
         verify, self._verify = self._verify, None
         if not window.failures:
+            at, most = self._kept_up
+            if served >= most or now - at > self.KEPT_UP_S:
+                self._kept_up = (now, served)
             self._decreasing = False  # the store is keeping up: the decreases so far stand
             self._holdoff = 1
         elif verify is not None and window.binding and self._decreasing:
@@ -347,11 +365,27 @@ class PaceCore:
 
     def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:
         current = self.rate(now)
-        base = achieved if current is None else min(current, achieved)
-        # Never down to less than beta times what we sent, but never above
-        # what the store served either: far over its capacity one decrease
-        # lands near it instead of one per window.
-        base = max(self.floor, min(base, served / self.beta))
+        mostly_served = failed < 1 - self.beta
+        if current is not None and achieved < current and mostly_served:
+            # The demand, not the rate, set this window's sends (it used less
+            # than the rate), and the store served most of them.  Then what
+            # was sent measures that moment's demand, not the store: a
+            # decrease to it would hold the pace below the next moment's
+            # demand for CUBIC's K seconds (on Ceph RGW: a host's pace from
+            # 378 to ~130 HEAD/s, long walks waiting out their deadlines).
+            # The few failures say only that the rate, and the bursts it
+            # allows, are too high: one step down from the rate.
+            base = max(self.floor, current)
+        elif current is None and mostly_served and now - self._kept_up[0] <= self.KEPT_UP_S:
+            # The same from unpaced, where no rate says what the store
+            # took: the most it served without a failure of late does.
+            base = max(self.floor, achieved, self._kept_up[1])
+        else:
+            base = achieved if current is None else min(current, achieved)
+            # Never down to less than beta times what we sent, but never above
+            # what the store served either: far over its capacity one decrease
+            # lands near it instead of one per window.
+            base = max(self.floor, min(base, served / self.beta))
         if not self._decreasing:
             self._decreasing, self._top = True, current
         self._verify = (served, failed)

@@ -73,6 +73,79 @@ def test_a_window_with_failures_sets_the_rate_to_beta_times_the_rate_achieved_th
     assert core.rate(checked + 1000.0) == pytest.approx(max(2 * core.measured, 1000.0))
 
 
+def _demand_limited_window(
+    core: PaceCore, start: float, failing: set[int], *, queries: int, heads: int
+) -> tuple[float | None, float]:
+    """``queries`` queries of ``heads`` HEADs at 150 HEAD/s from ``start``, the last one judging the window.
+
+    Returns the pace just before that last answer, and the window's end.
+    """
+    every_s = heads / 150.0
+    _window(core, start, queries=queries - 1, every_s=every_s, failing=failing, heads=heads)
+    t = start + (queries - 1) * every_s
+    before = core.rate(t + 0.01)
+    assert core.stats.decreases == 0
+    _window(core, t, queries=1, every_s=every_s, failing={0} if queries - 1 in failing else set(), heads=heads)
+    return before, t + 0.01
+
+
+def test_a_few_failures_while_the_demand_is_below_the_pace_step_it_down_from_its_rate() -> None:
+    """Not down to the demand: on Ceph RGW, a decrease to a quiet moment's demand (the pace from 378 to ~130 HEAD/s,
+    CUBIC's plateau at 184) held a host's pace under the next moments' demand for seconds, and long walks waited out
+    their deadlines."""
+    core = PaceCore(0.0, start_rate=500.0, window_heads=128, window_min_s=0.5)
+    before, end = _demand_limited_window(core, 1.0, failing={3}, queries=8, heads=16)
+    assert before is not None and before > 300.0
+    assert core.stats.decreases == 1
+    assert core.w_max == pytest.approx(before)  # CUBIC's plateau: the rate it had, not the 150 HEAD/s sent
+    assert core.rate(end) == pytest.approx(0.7 * before)
+
+
+def test_many_failures_while_the_demand_is_below_the_pace_cut_it_to_what_the_store_served() -> None:
+    core = PaceCore(0.0, start_rate=500.0, window_heads=128, window_min_s=0.5)
+    # Single-HEAD queries (as the backend's adapt to failures), 40 % of them failed: the store, not bursts, limits.
+    _, end = _demand_limited_window(core, 1.0, failing={i for i in range(128) if i % 5 < 2}, queries=128, heads=1)
+    assert core.stats.decreases == 1
+    assert core.rate(end) == pytest.approx(150.0 * 0.6, rel=0.05)  # what it served: 60 % of 150 HEAD/s
+
+
+def _kept_up_at_400(core: PaceCore) -> float:
+    """14 queries of 16 HEADs every 40 ms, none failed (one window: the store served 400 HEAD/s): its end."""
+    end = _window(core, 0.0, queries=14, every_s=0.04, failing=set())
+    assert core.rate(end) is None and core.stats.decreases == 0
+    return end
+
+
+def test_the_first_decrease_in_a_quiet_moment_starts_from_what_the_store_served_of_late_not_from_the_demand() -> None:
+    """From unpaced no rate says what the store took; on Ceph RGW the first decrease, set by a quiet moment's
+    demand, held a host's pace below the demand that followed (seed 7 missed its targets twice that way)."""
+    core = PaceCore(0.0, window_heads=128, window_min_s=0.5)
+    _kept_up_at_400(core)
+    _, end = _demand_limited_window(core, 1.0, failing={3}, queries=8, heads=16)
+    assert core.stats.decreases == 1
+    assert core.w_max == pytest.approx(400.0)  # not the 150 HEAD/s sent
+    assert core.rate(end) == pytest.approx(0.7 * 400.0)
+
+
+def test_an_old_rate_served_is_no_anchor_and_many_failures_are_cut_to_what_was_served() -> None:
+    late = PaceCore(0.0, window_heads=128, window_min_s=0.5)
+    kept_up = _kept_up_at_400(late)
+    start = kept_up + PaceCore.KEPT_UP_S + 0.1  # the store's 400 HEAD/s are too old to say what it takes now
+    _, end = _demand_limited_window(late, start, failing={3}, queries=8, heads=16)
+    assert late.stats.decreases == 1 and late.rate(end) == pytest.approx(0.7 * 150.0, rel=0.01)
+    heavy = PaceCore(0.0, window_heads=128, window_min_s=0.5)
+    _kept_up_at_400(heavy)
+    _, end = _demand_limited_window(heavy, 1.0, failing={i for i in range(128) if i % 5 < 2}, queries=128, heads=1)
+    assert heavy.stats.decreases == 1 and heavy.rate(end) == pytest.approx(150.0 * 0.6, rel=0.05)
+
+
+def test_a_pace_state_from_before_the_anchor_starts_a_fresh_pace() -> None:
+    state = PaceCore(0.0).state()
+    del state["_kept_up"]
+    with pytest.raises(ValueError, match="_kept_up"):
+        PaceCore.from_state(state)
+
+
 def test_the_rate_never_goes_below_its_floor() -> None:
     core = PaceCore(0.0, start_rate=0.6, window_heads=2, window_min_s=0.01)
     t = 0.0
