@@ -250,7 +250,7 @@ class PaceCore:
                     value = PaceStats(**value)
                 elif name == "_window":
                     value = _Window(**value)
-                elif name in ("_last_reserved", "_verify") and value is not None:
+                elif name in ("_last_reserved", "_verify", "_kept_up") and value is not None:
                     value = tuple(value)
                 setattr(core, name, value)
         except TypeError as exc:
