@@ -365,21 +365,21 @@ class PaceCore:
 
     def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:
         current = self.rate(now)
-        mostly_served = failed < 1 - self.beta
-        if current is not None and achieved < current and mostly_served:
-            # The demand, not the rate, set this window's sends (it used less
-            # than the rate), and the store served most of them.  Then what
-            # was sent measures that moment's demand, not the store: a
+        # What a few failures step down from: the pace's rate or, from
+        # unpaced, the most the store served without a failure of late.
+        step_from = current
+        if step_from is None and now - self._kept_up[0] <= self.KEPT_UP_S:
+            step_from = self._kept_up[1]
+        if step_from is not None and achieved < step_from and failed < 1 - self.beta:
+            # The demand, not the pace, set this window's sends (it sent less
+            # than that), and the store served most of them.  Then
+            # what was sent measures that moment's demand, not the store: a
             # decrease to it would hold the pace below the next moment's
             # demand for CUBIC's K seconds (on Ceph RGW: a host's pace from
             # 378 to ~130 HEAD/s, long walks waiting out their deadlines).
             # The few failures say only that the rate, and the bursts it
-            # allows, are too high: one step down from the rate.
-            base = max(self.floor, current)
-        elif current is None and mostly_served and now - self._kept_up[0] <= self.KEPT_UP_S:
-            # The same from unpaced, where no rate says what the store
-            # took: the most it served without a failure of late does.
-            base = max(self.floor, achieved, self._kept_up[1])
+            # allows, are too high: one step down.
+            base = max(self.floor, step_from)
         else:
             base = achieved if current is None else min(current, achieved)
             # Never down to less than beta times what we sent, but never above

@@ -139,13 +139,6 @@ def test_an_old_rate_served_is_no_anchor_and_many_failures_are_cut_to_what_was_s
     assert heavy.stats.decreases == 1 and heavy.rate(end) == pytest.approx(150.0 * 0.6, rel=0.05)
 
 
-def test_a_pace_state_from_before_the_anchor_starts_a_fresh_pace() -> None:
-    state = PaceCore(0.0).state()
-    del state["_kept_up"]
-    with pytest.raises(ValueError, match="_kept_up"):
-        PaceCore.from_state(state)
-
-
 def test_the_rate_never_goes_below_its_floor() -> None:
     core = PaceCore(0.0, start_rate=0.6, window_heads=2, window_min_s=0.01)
     t = 0.0
