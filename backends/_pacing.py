@@ -32,9 +32,11 @@ a lock and ``time.monotonic`` around one core.
   achieved (but at most ``1 / beta`` times the HEADs per second the store
   answered, so that far over the store's capacity one decrease lands near
   it) and the rate to ``beta * w_max``, held there until the next window
-  has checked the decrease.  Except when the demand, not the pace, set the
-  window's sends and the store failed fewer than ``1 - beta`` of its HEADs:
-  then what was sent measures a moment's demand, not the store, and
+  has checked the decrease (a few failures in that window, fewer than
+  ``1 - beta`` of its HEADs, are the store still recovering from the rate
+  that was cut, and do not step it down again).  Except when the demand,
+  not the pace, set the window's sends and the store failed fewer than
+  ``1 - beta`` of its HEADs: then what was sent measures a moment's demand, not the store, and
   ``w_max`` is the rate the pace had (or, from unpaced, the most HEADs per
   second a window served without a failure in the last ``KEPT_UP_S``
   seconds, if more than was sent): one step down, not down to the demand.
@@ -360,7 +362,15 @@ class PaceCore:
             self.t_decrease = now  # kept: CUBIC's regrowth starts from here
         if self._holdoff_left:
             self._holdoff_left -= 1
-        elif window.failures and failed < 1.0:
+        elif window.failures and failed < 1.0 and (verify is None or failed >= 1 - self.beta):
+            # A few failures in the window right after a decrease do not
+            # step down again: they are the store still recovering from the
+            # window that was cut (a drained token bucket refills at its
+            # rate, not ours), and the step down has not been seen yet.  On
+            # Ceph RGW such back-to-back steps took a host's pace from 578 to
+            # 198 HEAD/s within a second (0.7 cubed), under the demand that
+            # followed.  The next window judges the new rate; heavier
+            # failures still cut at once.
             self._decrease(now, served, failed, sent)
 
     def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:

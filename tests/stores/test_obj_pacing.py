@@ -175,9 +175,35 @@ def test_failures_of_queries_sent_before_a_decrease_are_not_judged_again() -> No
     for i in range(100):
         core.failed(end + 0.3 + i * 0.01, end - 0.1, 16)
     assert core.stats.decreases == 1
-    # Failures of queries sent at the new rate do count.
-    _window(core, end + 1.5, queries=32, every_s=0.016, failing={5, 25})
+    # Failures of queries sent at the new rate do count: a few in the window right after the decrease
+    # keep it (the store is still recovering from the rate that was cut); a few more in the next one step down.
+    checked = _window(core, end + 1.5, queries=32, every_s=0.016, failing={5, 25})
+    assert core.stats.decreases == 1 and core.stats.undone == 0
+    _window(core, checked + 0.1, queries=32, every_s=0.016, failing={5, 25})
     assert core.stats.decreases == 2
+
+
+def test_a_few_failures_right_after_a_decrease_do_not_step_the_pace_down_again() -> None:
+    """On Ceph RGW, three windows in a row with a few 503s each (the store's bucket, drained by the first, refilling)
+    took a host's pace from 578 to 198 HEAD/s within a second, 0.7 cubed, and held it under the demand for seconds:
+    requests needing 6 to 8 windows waited out their deadlines."""
+    core = PaceCore(0.0, start_rate=400.0, window_min_s=0.25)
+    t, decreases, plateaus = 0.0, [], []
+    for _ in range(3):  # windows of 21 queries of 4 HEADs at 320 HEAD/s, 2 of them failed (a few per HEAD)
+        before = core.rate(t + 0.001 + 20 * 4 / 320.0 + 0.01)  # at the last answer, which judges the window
+        t = _window(core, t + 0.001, queries=21, every_s=4 / 320.0, failing={4, 14}, heads=4)
+        decreases.append(core.stats.decreases)
+        plateaus.append((before, core.w_max))
+    assert decreases == [1, 1, 2]  # the second window checked the first decrease, and kept it
+    (first_rate, first_plateau), _, (third_rate, third_plateau) = plateaus
+    assert first_plateau == pytest.approx(first_rate, rel=0.01)  # each a step down from the rate it had
+    assert third_plateau == pytest.approx(third_rate, rel=0.01) and third_rate < first_rate
+    assert core.rate(t) == pytest.approx(0.7 * third_plateau)
+    # Heavier failures right after a decrease still cut at once: the store, not its recovery, is the limit.
+    heavy = PaceCore(0.0, start_rate=400.0, window_min_s=0.25)
+    t = _window(heavy, 0.001, queries=24, every_s=4 / 320.0, failing={4, 14}, heads=4)
+    _window(heavy, t + 0.001, queries=96, every_s=1 / 320.0, failing={i for i in range(96) if i % 2}, heads=1)
+    assert heavy.stats.decreases == 2
 
 
 def test_a_503_counts_as_throttling_whether_or_not_it_has_a_body() -> None:
