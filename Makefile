@@ -7,31 +7,43 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: check test test-long lint bench rgw compiled pure test-compiled test-vllm
+.PHONY: check dev test test-long lint bench rgw compiled pure test-compiled test-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(VENV)/.core-installed: pyproject.toml | $(BIN)/python
-	$(PIP) install -q -e .
+# The package folders: an editable install is a tree of links to their files
+# (build/__editable__*), laid again when a module is added or removed.
+PACKAGE_DIRS := spec statemachine backends tla src/kvprobe $(wildcard src/kvprobe/*/ src/kvprobe/*/*/)
+
+# make check installs the package itself (a wheel: compiled where a C
+# compiler is present), not an editable link to the checkout: nothing
+# compiled is ever written into the source tree.
+$(VENV)/.core-installed: pyproject.toml setup.py | $(BIN)/python
+	$(PIP) install -q .
 	touch $@
 
 # torch first: nixl-cu12 requires torch, and without a CPU torch already
 # present pip would fetch a multi-GB CUDA build.  The development install is
-# pure Python (an edit to a .py must be what the tests run); test-compiled
-# builds the compiled core in place and removes it afterwards.
+# editable and pure Python (an edit to a .py is what the tests run).
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(MAKE) -s pure
 	$(PIP) install -q torch==2.13.0
-	KVPROBE_COMPILE=0 $(PIP) install -q -e '.[nixl,s3,dev]'
-	touch $@ $(VENV)/.core-installed
+	$(PIP) install -q -e '.[nixl,s3,dev]'
+	touch $@ $(VENV)/.core-installed $(VENV)/.links
+
+$(VENV)/.links: $(PACKAGE_DIRS) | $(VENV)/.dev-installed
+	$(PIP) install -q --no-deps -e .
+	touch $@
+
+dev: $(VENV)/.dev-installed $(VENV)/.links
 
 check: $(VENV)/.core-installed
 	$(BIN)/kvprobe --version
 	$(BIN)/kvprobe check
 
-lint: $(VENV)/.dev-installed
+lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m buildtools.typecheck
@@ -48,23 +60,25 @@ rgw:
 test: lint rgw
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long"
 
-test-long: rgw $(VENV)/.dev-installed
+test-long: rgw dev
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m long
 
-bench: $(VENV)/.dev-installed
+bench: dev
 	$(BIN)/python -m bench.run_all
 
-# The compiled core (mypyc over the same typed source) in the development
-# checkout: built in place, its .so files shadow the hot-path modules of
-# statemachine/ until `make pure` removes them (an edit made meanwhile is
-# reported as stale by `kvprobe --version`, and the suite refuses to run).
-# test-compiled runs the suite (as `make test` does) against it.
-compiled: $(VENV)/.dev-installed
-	KVPROBE_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace
+# The compiled core (mypyc over the same typed source): test-compiled
+# installs it as a wheel into the venv (a snapshot of the .py and the .so
+# built from it, so no edit can make it stale), runs the suite as `make test`
+# does, and puts the editable pure-Python install back, whatever the tests said.
+compiled: dev
+	KVPROBE_COMPILE=1 $(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
 	$(BIN)/python -c "from kvprobe.build_info import build_info as b; i = b(); assert i.kind == 'compiled' and not i.stale, i; print(i.describe())"
 
+# Back to the development install; also removes compiled modules an older
+# checkout built in place.
 pure:
-	rm -rf statemachine/*.so *__mypyc*.so build
+	rm -rf statemachine/*.so *__mypyc*.so build/lib* build/temp* build/mypyc-src
+	[ ! -x $(BIN)/python ] || [ ! -f $(VENV)/.dev-installed ] || $(PIP) install -q --no-deps -e .
 
 test-compiled: rgw compiled
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long"; s=$$?; $(MAKE) -s pure; exit $$s

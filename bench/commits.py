@@ -90,13 +90,18 @@ def checkout(rev: str, bench_rev: str, root: str) -> str:
     return tree
 
 
-# Put before every probe: a checkout that keeps kvprobe's subpackages at its
-# top level (spec/, statemachine/, ... mapped by setuptools' package-dir)
-# has no kvprobe/statemachine to find on PYTHONPATH; searching the checkout
-# itself finds them there.  (A checkout with kvprobe/statemachine finds it first.)
+# Put before every probe: a checkout keeps kvprobe's subpackages at its top
+# level (spec/, statemachine/, ... mapped by setuptools' package-dir) and the
+# root package either in src/kvprobe (today) or in kvprobe/ (older commits);
+# neither layout is a tree PYTHONPATH alone can import, so the probe puts the
+# root package first and lets it search the checkout for the subpackages.
 _TREE_IMPORTS = """
-import os as _os
-if _os.path.isfile(_os.path.join("kvprobe", "__init__.py")):
+import os as _os, sys as _sys
+if _os.path.isfile(_os.path.join("src", "kvprobe", "__init__.py")):
+    _sys.path.insert(0, _os.path.join(_os.getcwd(), "src"))
+if _os.path.isfile(_os.path.join("src", "kvprobe", "__init__.py")) or _os.path.isfile(
+    _os.path.join("kvprobe", "__init__.py")
+):
     import kvprobe as _kvprobe
     _kvprobe.__path__.append(_os.getcwd())
 """

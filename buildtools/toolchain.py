@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 ENV = "KVPROBE_COMPILE"
+#: Set by the build backend while it builds an editable install, which is always pure Python.
+EDITABLE_ENV = "KVPROBE_EDITABLE_BUILD"
 
 
 class BuildModeError(ValueError):
@@ -75,6 +77,13 @@ def will_compile() -> bool:
         BuildModeError: bad ``KVPROBE_COMPILE``, or it is 1 and no compiler works.
     """
     wanted = requested()
+    if os.environ.get(EDITABLE_ENV) == "1":
+        if wanted:
+            raise BuildModeError(
+                f"{ENV}=1 asks for the compiled core, but an editable install is pure Python "
+                "(its compiled modules would shadow edits): build a wheel, `pip install .`"
+            )
+        return False
     if wanted is False:
         return False
     why = missing_compiler()

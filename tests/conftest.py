@@ -43,7 +43,7 @@ def pytest_report_header() -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # An in-place compiled module older than its .py would be what the tests
+    # A compiled module older than the .py beside it would be what the tests
     # import: the suite would pass on code that no longer exists.
     info = build_info()
     if info.stale:

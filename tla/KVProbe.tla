@@ -35,7 +35,7 @@
 (* must catch (docs/properties.md) live in KVProbeMutants.tla: each one    *)
 (* replaces a small named part of an action below (a guard, a set, one of  *)
 (* Drain's Outcome operators) through TLC's operator override in the       *)
-(* config; kvprobe/tlc_mutants.py says which part each one replaces.       *)
+(* config; src/kvprobe/tlc_mutants.py says which part each one replaces.       *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences
 

@@ -11,7 +11,7 @@
 (*                                                                         *)
 (* and checks this module (it extends MC, so every config's operators are  *)
 (* here).  The overrides of each mutant are listed once, in                *)
-(* kvprobe/tlc_mutants.py; `kvprobe check --mutant NAME` appends them to   *)
+(* src/kvprobe/tlc_mutants.py; `kvprobe check --mutant NAME` appends them to   *)
 (* the config.  An override replaces the operator everywhere, so no        *)
 (* operator below calls the one it replaces (that would recurse).          *)
 (*                                                                         *)

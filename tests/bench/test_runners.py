@@ -63,9 +63,10 @@ def test_a_probe_that_imports_kvprobe_from_outside_its_checkout_fails(tmp_path: 
         run_probe(str(tmp_path), "import kvprobe.statemachine")
 
 
-def test_a_probe_imports_kvprobe_subpackages_kept_at_the_top_of_its_checkout(tmp_path: Path) -> None:
-    (tmp_path / "kvprobe").mkdir()
-    (tmp_path / "kvprobe" / "__init__.py").write_text("")
+@pytest.mark.parametrize("root_package", ["src/kvprobe", "kvprobe"])
+def test_a_probe_imports_kvprobe_subpackages_kept_at_the_top_of_its_checkout(tmp_path: Path, root_package: str) -> None:
+    (tmp_path / root_package).mkdir(parents=True)
+    (tmp_path / root_package / "__init__.py").write_text("")
     (tmp_path / "statemachine").mkdir()
     (tmp_path / "statemachine" / "__init__.py").write_text("WHERE = 'the checkout'\n")
     assert run_probe(str(tmp_path), "import kvprobe.statemachine as s; print(s.WHERE)") == "the checkout\n"

@@ -21,7 +21,7 @@ PACKAGES = {
     "spec": "kvprobe.spec",
     "statemachine": "kvprobe.statemachine",
     "backends": "kvprobe.backends",
-    "kvprobe": "kvprobe",
+    "src/kvprobe": "kvprobe",
     "bench": "bench",
 }
 
@@ -84,7 +84,7 @@ def folder_of(path: Path, table: dict[str, tuple[set[str], bool]]) -> str:
 def test_the_table_covers_every_folder_with_code() -> None:
     table = rules()
     assert set(PACKAGES) <= set(table)
-    assert {"kvprobe/testing", "kvprobe/integrations"} <= set(table)
+    assert {"src/kvprobe/testing", "src/kvprobe/integrations"} <= set(table)
     for path in modules().values():
         folder_of(path, table)  # raises ValueError for a module no row covers
 

@@ -2,7 +2,7 @@
 
 ``setup.py``'s ``COMPILED_MODULES`` is read without running the build.  The
 build itself is checked by ``test_build_modes.py`` (a wheel) and by
-``make test-compiled`` (the suite against an in-place build, where the last
+``make test-compiled`` (the suite against a compiled wheel installed in the venv, where the last
 test here runs rather than skips).
 """
 

@@ -64,7 +64,7 @@ def test_the_public_names_resolve_and_the_type_checkers_list_is_the_same() -> No
     import kvprobe
 
     names = set(kvprobe.__all__) - {"__version__"}
-    tree = ast.parse((ROOT / "kvprobe" / "__init__.py").read_text())
+    tree = ast.parse((ROOT / "src" / "kvprobe" / "__init__.py").read_text())
     typed = {
         alias.asname
         for node in ast.walk(tree)

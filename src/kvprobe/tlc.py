@@ -78,8 +78,9 @@ __all__ = [
 def tla_dir() -> Path:
     """The folder holding ``KVProbe.tla``, ``MC.tla`` and the ``.cfg`` files.
 
-    ``$KVPROBE_TLA_DIR`` wins; otherwise ``tla/`` next to the package (an
-    installed copy) or at the top of the source tree.
+    ``$KVPROBE_TLA_DIR`` wins; then the checkout's own ``tla/`` (this file
+    is ``src/kvprobe/tlc.py`` there, reached through the editable install's
+    links); then ``tla/`` inside the installed package.
 
     Raises:
         FileNotFoundError: no such folder holds ``KVProbe.tla``.
@@ -87,8 +88,8 @@ def tla_dir() -> Path:
     candidates = []
     if os.environ.get("KVPROBE_TLA_DIR"):
         candidates.append(Path(os.environ["KVPROBE_TLA_DIR"]))
-    here = Path(__file__).resolve().parent
-    candidates += [here / "tla", here.parent / "tla"]
+    real = Path(__file__).resolve()
+    candidates += [real.parents[2] / "tla", Path(__file__).parent / "tla"]
     for folder in candidates:
         if (folder / "KVProbe.tla").is_file():
             return folder

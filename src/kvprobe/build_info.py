@@ -3,9 +3,10 @@
 ``pip install .`` compiles the hot-path modules of ``kvprobe.statemachine``
 when it can (see docs/performance.md); the compiled module is then imported
 in place of the ``.py`` beside it.  Each compiled module records the digest
-of the source it was built from, so a checkout whose ``.py`` changed after
-an in-place build (``make compiled``) is reported as stale instead of being
-silently tested in its old form.
+of the source it was built from, so a compiled module whose ``.py`` beside it
+differs (one left in a source tree by an older checkout's in-place build, or
+an edit to an installed copy) is reported as stale instead of being silently
+run in its old form.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class BuildInfo:
             return "pure-Python core"
         line = f"compiled core ({len(self.compiled)} modules, mypyc)"
         if self.stale:
-            line += f"; STALE: {', '.join(self.stale)} changed since the build (run `make compiled` or `make pure`)"
+            line += f"; STALE: {', '.join(self.stale)} changed since the build (reinstall: make compiled)"
         return line
 
 
