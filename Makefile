@@ -57,11 +57,16 @@ rgw:
 
 # Every test but the long ones (deep model runs, long campaigns: marked
 # `long`), which have their own target so that `make test` stays short.
+# The TLC runs (marked `tlc`, Java keeping a core busy) and the rest (mostly
+# waiting on threads, sockets and local servers) run side by side as two
+# pytest processes: buildtools/stages.py prints each one's log and the sum.
+STAGES := $(BIN)/python -m buildtools.stages
+
 test: lint rgw
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long"
+	HYPOTHESIS_PROFILE=ci $(STAGES) "not long and tlc" "not long and not tlc"
 
 test-long: rgw dev
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m long
+	HYPOTHESIS_PROFILE=ci $(STAGES) "long and tlc" "long and not tlc"
 
 bench: dev
 	$(BIN)/python -m bench.run_all
@@ -80,8 +85,13 @@ pure:
 	rm -rf statemachine/*.so *__mypyc*.so build/lib* build/temp* build/mypyc-src
 	[ ! -x $(BIN)/python ] || [ ! -f $(VENV)/.dev-installed ] || $(PIP) install -q --no-deps -e .
 
+# The compiled core is what the scheduler-facing tests exercise: the core,
+# the property suite and its mutants, the drop-in, the packaging checks
+# (every other test runs against the same code in `make test`).
+COMPILED_TESTS := tests/core tests/property tests/mutants tests/engine tests/packaging
+
 test-compiled: rgw compiled
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long"; s=$$?; $(MAKE) -s pure; exit $$s
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long" $(COMPILED_TESTS); s=$$?; $(MAKE) -s pure; exit $$s
 
 # vLLM 0.33.0's own tier tests (on vLLM's class and with the one-line switch)
 # and this repository's tests that need the release, in a separate venv

@@ -1,0 +1,87 @@
+"""Run pytest stages side by side and report them as one run: ``make test``'s driver.
+
+The suite's two halves use the machine differently: the TLC runs are Java
+processes that keep a core busy, most of the rest waits on worker threads,
+sockets and local servers.  Run one after the other they leave a core idle
+most of the time; run side by side (two processes, no shared state but the
+temporary directory) they take little more than the longer of the two.
+
+Each stage's output goes to its own log, printed whole when the stage ends
+(so two runs never interleave line by line), and the last line sums the
+stages' counts in pytest's words.  The exit status is the first non-zero
+stage status (pytest's 5, "no tests collected", counts as a failure: a
+stage that selects nothing is a broken selection, not a pass).
+
+    python -m buildtools.stages "not long and tlc" "not long and not tlc" -- [pytest args]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["main", "summary_counts"]
+
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)")
+
+
+def summary_counts(log: str) -> Counter[str]:
+    """The counts of pytest's closing line in ``log`` (``error`` and ``errors`` merged)."""
+    for line in reversed(log.strip().splitlines()):
+        found = _COUNT.findall(line)
+        if found and (" in " in line):
+            return Counter({word.rstrip("s") if word.startswith("error") else word: int(n) for n, word in found})
+    return Counter()
+
+
+def main(argv: list[str]) -> int:
+    """Run one pytest per marker expression before ``--``, side by side; arguments after it go to each."""
+    if "--" in argv:
+        cut = argv.index("--")
+        markers, extra = argv[:cut], argv[cut + 1 :]
+    else:
+        markers, extra = argv, []
+    if not markers:
+        print("usage: python -m buildtools.stages MARKEXPR [MARKEXPR ...] -- [pytest args]", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kvprobe-stages-") as tmp:
+        runs = []
+        for index, marker in enumerate(markers):
+            log = Path(tmp) / f"stage-{index}.log"
+            command = [sys.executable, "-m", "pytest", "-m", marker, *extra]
+            handle = log.open("w")
+            # Each stage its own pytest base temp: two runs must not clean each other's.
+            env = {**os.environ, "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} --basetemp={tmp}/t{index}"}
+            runs.append(
+                (marker, log, handle, subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env))
+            )
+            print(f"stage {index}: pytest -m {marker!r} (log {log})", flush=True)
+        status = 0
+        total: Counter[str] = Counter()
+        for index, (marker, log, handle, process) in enumerate(runs):
+            code = process.wait()
+            handle.close()
+            text = log.read_text(errors="replace")
+            print(f"\n===== stage {index}: pytest -m {marker!r}: exit {code} =====", flush=True)
+            sys.stdout.write(text)
+            counts = summary_counts(text)
+            total += counts
+            if code != 0 and status == 0:
+                status = code
+    order = ["failed", "passed", "skipped", "deselected", "error", "xfailed", "xpassed"]
+    words = [f"{total[w]} {w}" for w in order if total[w] or w in ("failed", "passed")]
+    print(f"\nall {len(markers)} stages: {', '.join(words)} in {time.monotonic() - started:.0f}s (exit {status})")
+    # The plain closing line a CI reads: "N passed, N failed".
+    print(f"{total['passed']} passed, {total['failed'] + total['error']} failed, {total['skipped']} skipped")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
