@@ -37,7 +37,7 @@ keys it answered stored by inference).
 The figures and the tables are :mod:`bench.fleet_rgw_report`'s.
 ``python -m bench.fleet_rgw`` prints the tables and writes
 ``bench/results/fleet_rgw.json`` (untracked); ``--update-docs`` writes
-``docs/data/fleet_rgw.json`` and the tables ``docs/fleet.md`` quotes from it.
+``docs/data/fleet_rgw.json`` and the tables ``docs/performance.md`` quotes from it.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ from kvprobe.statemachine.windows import (
 __all__ = ["Setup", "engine_plans", "fill_store", "main", "measure", "run_seed", "stored_prefixes"]
 
 BUCKET = "fleet"
-DOC = DOCS_DIR / "fleet.md"
+DOC = DOCS_DIR / "performance.md"
 DOCS_JSON = DATA_DIR / "fleet_rgw.json"
 #: The control run's cap: far above what the fleet can send here.
 UNCAPPED = 1e6
@@ -357,7 +357,7 @@ def _schedule(text: str) -> tuple[int, float, str | None]:
 
 
 def _update_doc(data: dict[str, Any]) -> list[str]:
-    """Replace each table of ``data`` that docs/fleet.md quotes by its new rendering; the ids not quoted."""
+    """Replace each table of ``data`` that docs/performance.md quotes by its new rendering; the ids not quoted."""
     lines = DOC.read_text().splitlines()
     missing = []
     for table in data["tables"]:
@@ -411,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-control", dest="control", action="store_false", help="skip the control run (the first seed uncapped)"
     )
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "fleet_rgw.json")
-    parser.add_argument("--update-docs", action="store_true", help=f"also write {DOCS_JSON} and docs/fleet.md's tables")
+    parser.add_argument("--update-docs", action="store_true", help=f"also write {DOCS_JSON} and {DOC.name}'s tables")
     args = parser.parse_args(argv)
     try:
         setup = Setup(
@@ -484,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
         DOCS_JSON.write_text(dumps(data))
         missing = _update_doc(data)
-        print(f"\nwritten: {DOCS_JSON}" + (f"; docs/fleet.md does not quote {missing}" if missing else ""))
+        print(f"\nwritten: {DOCS_JSON}" + (f"; docs/performance.md does not quote {missing}" if missing else ""))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The RGW fleet's report: figures from each seed's raw outcome, and the tables docs/fleet.md quotes.
+"""The RGW fleet's report: figures from each seed's raw outcome, and the tables the docs quote.
 
 :mod:`bench.fleet_rgw` runs the fleet (the store, the capped proxy, the
 engine processes) and hands each seed's raw outcome here:
@@ -6,7 +6,7 @@ engine processes) and hands each seed's raw outcome here:
 the ideal, throttled, decided, wrong, exits, stderr, pace), :func:`targets`
 and :func:`comparison` hold them against the issue's targets over the seeds
 (median [min-max]), and :func:`mode_tables` lays out every chain mode's
-tables by the ids docs/fleet.md quotes (:func:`markdown` prints one).  Apart
+tables by the ids the docs quote (:func:`markdown` prints one).  Apart
 from the run so that the arithmetic reads, and is tested, without a store.
 """
 
@@ -105,7 +105,7 @@ def seed_figures(raw: dict[str, Any], setup: Setup) -> dict[str, Any]:
 
 # Not bench.fleet.spread.cell, though both print median [min-max]: cell drops
 # the percent sign from the range ends ("0.4% [0.3-0.4]") and prints the
-# median alone under two values, while the RGW tables docs/fleet.md quotes
+# median alone under two values, while the RGW tables docs/performance.md quotes
 # (docs/data/fleet_rgw.json) keep it on each end ("72.0 % [58.4 %-74.5 %]")
 # and show the range for one seed too, so through cell their text would
 # change.  Nor spread.span for the numbers: it answers NaN for no values,
@@ -196,7 +196,7 @@ def seed_row(f: dict[str, Any]) -> list[str]:
 
 
 def tables(figures: Sequence[dict[str, Any]], control: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The tables docs/fleet.md quotes: the targets over the seeds, each seed, and the control run."""
+    """The tables of docs/data/fleet_rgw.json: the targets over the seeds, each seed, and the control run."""
     summary = [[name, target, shown, "yes" if met else "no"] for name, target, shown, met in targets(figures)]
     out = {
         "targets": {"columns": ["figure", "target", "median [min\u2013max]", "met by every seed"], "rows": summary},

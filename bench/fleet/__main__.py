@@ -27,13 +27,13 @@ and more before their window (``bench/fleet/sim.py``).
 Every table gives each figure as ``median [min-max]`` over the seeds.
 ``--quick`` simulates at most 25 engines for 4 virtual seconds under 2
 seeds; the full run 50 engines for 12 s under 5 seeds (the wall time it
-took is in ``docs/fleet.md``).  See ``bench/fleet/sim.py`` for what is
-scaled and ``docs/fleet.md`` for the conclusions.
+took is in ``docs/performance.md``).  See ``bench/fleet/sim.py`` for what is
+scaled and ``docs/fleet.md`` for the model.
 
 The results go to ``bench/results/fleet.json`` and the plot to
 ``bench/results/fleet_store_load.png`` (untracked); ``--update-docs`` writes
 them to ``docs/data/fleet.json`` and ``docs/img/fleet_store_load.png``
-instead, the files ``docs/fleet.md`` quotes and shows.
+instead, the files ``docs/performance.md`` quotes and shows.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ HORIZON_H = 2.0
 SCALING_ENGINES, QUICK_SCALING_ENGINES = 100, 25
 PLOT = str(RESULTS_DIR / "fleet_store_load.png")
 JSON = str(RESULTS_DIR / "fleet.json")
-#: What --update-docs writes: the data docs/fleet.md quotes and the picture it shows.
+#: What --update-docs writes: the data docs/performance.md quotes and the picture it shows.
 DOCS_PLOT = str(DOCS_DIR / "img" / "fleet_store_load.png")
 DOCS_JSON = str(DOCS_DIR / "data" / "fleet.json")
 

@@ -158,5 +158,5 @@ class BackendParams:
     )
     #: kvprobe: the backend paces its HEADs (``backends/_pacing.PaceCore``, one
     #: pace per engine as one per process).  False: the backend before it
-    #: paced (commit 510e4dd), which the figures in docs/fleet.md simulate.
+    #: paced (commit 510e4dd), which docs/data/fleet.json simulates.
     paced: bool = False

@@ -3,7 +3,7 @@
 Two engine processes share one bucket behind a HEAD cap below their demand,
 so the store throttles and every engine's pace has to act.  The issue's
 percentage targets (stored prefixes found, HEADs per request) are measured
-by ``python -m bench.fleet_rgw`` and reported in docs/fleet.md, not asserted
+by ``python -m bench.fleet_rgw`` and reported in docs/performance.md, not asserted
 here: today's library does not meet them with margin on this machine.
 What must hold at any load is asserted, in both chain modes: no absent
 block answered True, no engine dies at exit (an abort is exit code -6), the
