@@ -265,7 +265,7 @@ ACTIONS: dict[str, Callable[[State, State], str]] = {
 
 def _stale(states: Sequence[State]) -> str:
     # The step that set the history flag `stale`: the generations whose
-    # applied count grew there, against the generation of each key it changed.
+    # applied count grew there, against the generation each key it changed had.
     for before, after in itertools.pairwise(states):
         if after.get("stale") is not True or before.get("stale") is True:
             continue
@@ -279,7 +279,7 @@ def _stale(states: Sequence[State]) -> str:
             else ""
         )
         for key in _changed_keys(before, after, "phase") + _changed_keys(before, after, "verdict"):
-            current = after["gen"][key]
+            current = before["gen"][key]  # the state the result fell on (a reclaim resets it to none)
             wrong = [g for g in grew if g != current]
             if wrong:
                 return (

@@ -186,3 +186,20 @@ def test_every_mutants_account_ends_with_its_sentence(mutant: str, capsys: pytes
     prop, said = last[0]
     assert f"VIOLATED safety property {prop}:" in out
     assert not said.endswith("does not hold"), f"{mutant}: no sentence for {prop}: {said}"
+
+
+def test_a_stale_reclaim_names_the_generation_of_the_state_it_reclaimed() -> None:
+    # stale-reclaims-newer: generation 1's outcome reclaims k1's generation-2 state,
+    # which leaves k1 with no state (generation 0): the sentence names generation 2.
+    before = {
+        "stale": False,
+        "applied": (0, 0),
+        "resq": ({"kind": "ok"},),
+        "phase": {"k1": "RESOLVED"},
+        "verdict": {"k1": "hit"},
+        "gen": {"k1": 2},
+    }
+    after = {**before, "stale": True, "applied": (1, 0), "resq": (), "phase": {"k1": "ABSENT"}}
+    after |= {"verdict": {"k1": "none"}, "gen": {"k1": 0}}
+    said = VIOLATIONS["StaleGenerationDropped"]([before, after])
+    assert said.startswith("the generation-1 result was applied to generation 2 of k1"), said
