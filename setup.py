@@ -1,17 +1,19 @@
 """Build hook for the compiled core; everything else is in pyproject.toml.
 
 ``pip install .`` compiles the scheduler core (the hot-path modules of
-``kvprobe.statemachine`` listed below) with mypyc, from the same typed source, whenever a C
-compiler can build against this Python (buildtools/toolchain.py decides;
-``KVPROBE_COMPILE=0`` asks for pure Python, ``KVPROBE_COMPILE=1`` insists on
-the compiled build and fails loudly without a compiler).  The compiled
-modules take precedence over the ``.py`` files installed beside them;
-``kvprobe --version`` and ``kvprobe.build_info()`` tell which build is loaded.
+``kvprobe.statemachine`` that ``statemachine/compiled_core.py`` lists) with
+mypyc, from the same typed source, whenever a C compiler can build against
+this Python (buildtools/toolchain.py decides; ``KVPROBE_COMPILE=0`` asks for
+pure Python, ``KVPROBE_COMPILE=1`` insists on the compiled build and fails
+loudly without a compiler).  The compiled modules take precedence over the
+``.py`` files installed beside them; ``kvprobe --version`` and
+``kvprobe.build_info()`` tell which build is loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import runpy
 import sys
 from pathlib import Path
 
@@ -22,19 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from buildtools.layout import stage
 from buildtools.toolchain import requested, will_compile
 
-# The modules on the scheduler's hot path, by import name.
-COMPILED_MODULES = [
-    "kvprobe.statemachine.records",
-    "kvprobe.statemachine.rules",
-    "kvprobe.statemachine.inputs",
-    "kvprobe.statemachine.windows",
-    "kvprobe.statemachine.chain",
-    "kvprobe.statemachine.probe_table",
-    "kvprobe.statemachine.handoff",
-    "kvprobe.statemachine.core",
-    "kvprobe.statemachine.inferred",
-    "kvprobe.statemachine.verdict_cache",
-]
+# The modules on the scheduler's hot path, by import name: declared once, in
+# the package (statemachine/compiled_core.py), read here as a plain file.
+COMPILED_MODULES = list(
+    runpy.run_path(str(Path(__file__).resolve().parent / "statemachine" / "compiled_core.py"))["COMPILED_MODULES"]
+)
 
 
 def ext_modules() -> list[Extension]:

@@ -40,7 +40,7 @@ class NixlPosixBackend(FileTree):
             between chunks the scheduler thread gets it back at once instead
             of after the interpreter's switch interval.  For groups of tens
             of thousands of keys, 512 kept the scheduler at 0.71 of its idle
-            lookup rate against 0.46 in one call (``python -m bench.starvation``).
+            lookup rate against 0.46 in one call (``python -m bench.reliability.starvation``).
 
     Raises:
         ImportError: NIXL or its POSIX plugin is missing (names ``kvprobe[nixl]``).

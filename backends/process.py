@@ -8,7 +8,7 @@ all run under it.  Measured here on a 10,000-file group: about 12 ms of path
 building and 3 ms of descriptors before the call, and the call itself lets a
 pure-Python thread run at only about 0.6 of its idle rate.  A pure-Python
 ``os.stat`` loop (``FsBackend``) holds the GIL for everything but the stat
-itself.  ``python -m bench.starvation`` shows what that costs the scheduler.
+itself.  ``python -m bench.reliability.starvation`` shows what that costs the scheduler.
 
 How.  :class:`ProcessBackend` builds the real backend in a helper process
 (started with ``spawn``: the manager's process has threads, and forking it

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.baseline import BaselineManager
+from bench.hotpath.baseline import BaselineManager
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 from kvprobe.statemachine.workers import ManualWorker
 

@@ -19,7 +19,7 @@ such file.  ``--update-docs`` also writes the table to
 as ``docs/performance.md`` quotes it; never with ``--quick``.
 
 Each benchmark module has its own ``main`` with more detail
-(``python -m bench.hotpath`` etc.).  A benchmark that cannot run here (no
+(``python -m bench.hotpath.cost`` etc.).  A benchmark that cannot run here (no
 NIXL, no Java) gives an ``n/a`` row with the reason instead of stopping the
 suite; a benchmark whose own checks fail (``chaos`` exits non-zero) gives a
 ``FAIL`` row.
@@ -58,7 +58,10 @@ def results_files(directory: Path = RESULTS_DIR) -> list[Path]:
 
 
 def _module_rows(name: str, function: str = "rows") -> Callable[[bool], Measured]:
-    """A benchmark module's ``function(quick)`` giving rows: its rows are all it reports."""
+    """A benchmark module's ``function(quick)`` giving rows: its rows are all it reports.
+
+    ``name`` is the module under ``bench`` (``hotpath.cost``).
+    """
 
     def measure(quick: bool) -> Measured:
         rows: list[Row] = getattr(importlib.import_module(f"bench.{name}"), function)(quick)
@@ -78,7 +81,11 @@ def _series(name: str) -> Callable[[bool], Measured]:
 
 
 def _command(name: str, quick_argv: Sequence[str], full_argv: Sequence[str]) -> Callable[[bool], Measured]:
-    """A benchmark run through its module's ``main(argv)``; rows parsed from its printed tables."""
+    """A benchmark run through its module's ``main(argv)``; rows parsed from its printed tables.
+
+    ``name`` is the module under ``bench`` (``hotpath.groups``); its rows are
+    labelled with the last part (``groups``), the benchmark's name.
+    """
 
     def measure(quick: bool) -> Measured:
         argv = list(quick_argv if quick else full_argv)
@@ -89,25 +96,25 @@ def _command(name: str, quick_argv: Sequence[str], full_argv: Sequence[str]) -> 
             except SystemExit as exc:  # its argparse refused argv (its options changed): a FAIL row
                 code = exc.code if isinstance(exc.code, int) else 2
         text = out.getvalue()
-        return rows_from_output(name, text, code), {"argv": argv, "exit_code": code, "output": text}
+        return rows_from_output(name.rsplit(".", 1)[-1], text, code), {"argv": argv, "exit_code": code, "output": text}
 
     return measure
 
 
 BENCHMARKS: dict[str, Callable[[bool], Measured]] = {
-    "hotpath": _module_rows("hotpath"),
-    "metrics_cost": _module_rows("hotpath", "metered_rows"),
-    "latency": _module_rows("latency"),
-    "memory": _module_rows("memory"),
-    "chains": _module_rows("chains"),
-    "starvation": _module_rows("starvation"),
+    "hotpath": _module_rows("hotpath.cost"),
+    "metrics_cost": _module_rows("hotpath.cost", "metered_rows"),
+    "latency": _module_rows("hotpath.latency"),
+    "memory": _module_rows("hotpath.memory"),
+    "chains": _module_rows("chains.run"),
+    "starvation": _module_rows("reliability.starvation"),
     "scheduler_rate": _series("scheduler_rate"),
     "lookup_delay": _series("lookup_delay"),
-    "throughput": _module_rows("throughput"),
-    "groups": _command("groups", ["--rounds", "1"], ["--rounds", "5"]),
+    "throughput": _module_rows("objstore.throughput"),
+    "groups": _command("hotpath.groups", ["--rounds", "1"], ["--rounds", "5"]),
     "tlc_cost": _series("tlc_cost"),
     # Last: it forks, freezes and kills processes.
-    "chaos": _command("chaos", ["--seconds", "20"], ["--seconds", "120"]),
+    "chaos": _command("reliability.chaos", ["--seconds", "20"], ["--seconds", "120"]),
 }
 
 

@@ -9,16 +9,16 @@ raw series (plain JSON data, saved by ``run_all`` in its results file):
   40,000 files (8,000 with ``quick``) in 4 request groups:
   ``NixlPosixBackend`` and ``FsBackend`` in the worker thread,
   ``ProcessBackend(NixlPosixBackend)`` (the same calls in a helper process),
-  and idle (no probe in flight).  Same setup as ``bench.starvation``,
+  and idle (no probe in flight).  Same setup as ``bench.reliability.starvation``,
   sampled as a time series.
 * ``lookup_delay`` (:func:`lookup_delay`): per verdict, the steps and
   seconds from a key's first lookup to its verdict, per backend, from a
   scheduler loop on a :class:`~kvprobe.metrics.MeteredManager` (the delays
   ``kvprobe.metrics`` exports).
 * ``tlc_cost`` (:func:`tlc_cost`): TLC per model config (the configs
-  ``bench.tlc_cost`` runs), with the distinct-state count at each progress
+  ``bench.checks.tlc_cost`` runs), with the distinct-state count at each progress
   report TLC printed, and the Hypothesis examples per second of
-  ``bench.tlc_cost``.
+  ``bench.checks.tlc_cost``.
 
 Nothing here asserts a timing.
 """
@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any
 
 from bench.common import Row, rows_from_output
-from bench.starvation import resolve_hot_keys
+from bench.reliability.starvation import resolve_hot_keys
 from bench.trees import block_tree
 from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.process import ProcessBackend
@@ -263,8 +263,8 @@ def lookup_delay(quick: bool) -> tuple[list[Row], dict[str, Any]]:
 
 
 def tlc_cost(quick: bool) -> tuple[list[Row], dict[str, Any]]:
-    """Rows for each TLC config and for Hypothesis (``bench.tlc_cost``'s report), and the raw per-config progress."""
-    from bench.tlc_cost import hypothesis_rate, report as tlc_report, tlc_costs
+    """Rows for each TLC config and for Hypothesis (``bench.checks.tlc_cost``), and the raw per-config progress."""
+    from bench.checks.tlc_cost import hypothesis_rate, report as tlc_report, tlc_costs
 
     configs = tlc_costs(quick)
     hyp = hypothesis_rate()

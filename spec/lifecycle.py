@@ -5,25 +5,33 @@ in this file, as data: :data:`RULES`.  Nothing else in kvprobe may restate it.
 
 * The hot path of :mod:`kvprobe.statemachine` advances phases through
   :data:`NEXT_PHASE`, a table compiled from :data:`RULES` at import.
-* :func:`build_machine` builds one ``transitions`` machine from the same rules;
-  it validates them, draws the diagram, and is compared with the compiled
-  table by the tests.
+* :func:`validate` checks the declaration at import; :func:`to_dot` and
+  ``kvprobe check --diagram`` (docs/lifecycle.md) draw it.
+* :func:`build_machine` builds a second, independent reading of the same
+  rules with the ``transitions`` library (the ``dev`` extra); the tests
+  compare it with the compiled table and with TLC's explored graph.
 * The TLA+ model in ``tla/`` uses the same phase and event names (the event
   values are the TLA+ action names); a test compares the phase transitions TLC
-  explores with :data:`RULES`.
+  explores (tla/default.cfg, and tla/cache.cfg for the verdict cache) with
+  :data:`RULES`.
 
 Theory of operation.  A probe state exists per key while some request waits on
 it or a probe for it is in flight.  ``ABSENT`` is the pseudo-phase "no state".
-The one fact a rule may depend on besides phase and event is whether, *after*
+Two facts a rule may depend on besides phase and event.  Whether, *after*
 the event, any request still waits on the probe (:class:`Waiters`): that is
 what separates "reclaim" from "keep".  Rules that would leave a RESOLVED or
 PENDING state nobody waits on send it to ABSENT instead (an orphan is
 reclaimed); an IN_FLIGHT state nobody waits on is kept, so that a new request
-can join the probe rather than start a second one.
+can join the probe rather than start a second one.  And, for a Lookup of a
+key without a state, whether the opt-in verdict cache (docs/cache.md) holds
+a fresh backend answer for it (:class:`Cached`): then the state is RESOLVED
+at once and never probed (:data:`RECALL_RULE`).  Without a cache no answer
+is ever cached, so that row never fires; :data:`NEXT_PHASE` is the table for
+the not-cached case.
 
 The declaration is validated at import (:func:`validate`): exactly one
 initial phase, every phase reachable from it, no trap phase, no (phase, event,
-waiters) triple declared twice.  A broken declaration raises
+waiters, cached) case declared twice.  A broken declaration raises
 :class:`LifecycleError` naming the offending rule.
 """
 
@@ -41,6 +49,7 @@ __all__ = [
     "NEXT_PHASE",
     "RECALL_RULE",
     "RULES",
+    "Cached",
     "Event",
     "LifecycleError",
     "LookupPhase",
@@ -49,6 +58,7 @@ __all__ = [
     "Waiters",
     "build_machine",
     "compile_rules",
+    "guard_label",
     "machine_next",
     "phase_name",
     "to_dot",
@@ -106,6 +116,20 @@ class Waiters(enum.Enum):
         return has_waiters is (self is Waiters.SOME)
 
 
+class Cached(enum.Enum):
+    """Whether the verdict cache holds a fresh backend answer for the key at the event."""
+
+    YES = "cached"
+    NO = "not cached"
+    ANY = "any"  # the rule does not depend on it
+
+    def admits(self, cached: bool) -> bool:
+        """Whether this guard holds for the given fact."""
+        if self is Cached.ANY:
+            return True
+        return cached is (self is Cached.YES)
+
+
 @dataclass(frozen=True)
 class Rule:
     """One row of the lifecycle table."""
@@ -115,15 +139,28 @@ class Rule:
     waiters: Waiters
     dest: Phase
     note: str
+    cached: Cached = Cached.ANY
+
+    def admits(self, has_waiters: bool, cached: bool) -> bool:
+        """Whether this rule's guards hold for the given facts."""
+        return self.waiters.admits(has_waiters) and self.cached.admits(cached)
+
+
+def guard_label(rule: Rule) -> str:
+    """The rule's guards as a diagram label suffix: ``" [some]"``, ``" [some, cached]"``, or ``""``."""
+    parts = [g.value for g in (rule.waiters, rule.cached) if g.value != "any"]
+    return f" [{', '.join(parts)}]" if parts else ""
 
 
 P, F, R = LookupPhase.PENDING, LookupPhase.IN_FLIGHT, LookupPhase.RESOLVED
 E = Event
 SOME, NONE, ANY = Waiters.SOME, Waiters.NONE, Waiters.ANY
+CACHED, NOT_CACHED = Cached.YES, Cached.NO
 
 #: The lifecycle table (docs/lifecycle.md), one row per guarded transition.
 RULES: tuple[Rule, ...] = (
-    Rule(ABSENT, E.LOOKUP, SOME, P, "new generation; joins this step's batch"),
+    Rule(ABSENT, E.LOOKUP, SOME, P, "new generation; joins this step's batch", NOT_CACHED),
+    Rule(ABSENT, E.LOOKUP, SOME, R, "verdict cache's fresh answer: resolved at once, never probed", CACHED),
     Rule(P, E.LOOKUP, SOME, P, "request added; no second batch entry"),
     Rule(F, E.LOOKUP, SOME, F, "joins the in-flight probe: no second probe"),
     Rule(R, E.LOOKUP, SOME, R, "verdict returned"),
@@ -145,7 +182,7 @@ RULES: tuple[Rule, ...] = (
     Rule(F, E.SHUTDOWN, ANY, ABSENT, "reclaimed by shutdown"),
     Rule(R, E.SHUTDOWN, ANY, ABSENT, "reclaimed by shutdown"),
 )
-del P, F, R, E, SOME, NONE, ANY
+del P, F, R, E, SOME, NONE, ANY, CACHED, NOT_CACHED
 
 
 class LifecycleError(ValueError):
@@ -165,12 +202,12 @@ def validate(rules: Iterable[Rule]) -> None:
             its states would leak).
     """
     rules = tuple(rules)
-    seen: dict[tuple[Phase, Event, bool], Rule] = {}
+    seen: dict[tuple[Phase, Event, bool, bool], Rule] = {}
     for rule in rules:
-        for has_waiters in (True, False):
-            if not rule.waiters.admits(has_waiters):
+        for has_waiters, cached in _FACTS:
+            if not rule.admits(has_waiters, cached):
                 continue
-            case = (rule.source, rule.event, has_waiters)
+            case = (rule.source, rule.event, has_waiters, cached)
             if case in seen:
                 raise LifecycleError(f"rules {seen[case]} and {rule} both claim case {case}")
             seen[case] = rule
@@ -188,6 +225,9 @@ def validate(rules: Iterable[Rule]) -> None:
             raise LifecycleError(f"trap phase {phase_name(phase)}: no rule path leads back to ABSENT")
 
 
+_FACTS = ((True, False), (False, False), (True, True), (False, True))
+
+
 def _closure(start: Phase, edges: Mapping[Phase, set[Phase]]) -> set[Phase]:
     reached = {start}
     frontier = [start]
@@ -199,8 +239,14 @@ def _closure(start: Phase, edges: Mapping[Phase, set[Phase]]) -> set[Phase]:
     return reached
 
 
-def compile_rules(rules: Iterable[Rule]) -> dict[tuple[Phase, Event, bool], Phase]:
+def compile_rules(rules: Iterable[Rule], cached: bool = False) -> dict[tuple[Phase, Event, bool], Phase]:
     """Compile rules into ``{(phase, event, has_waiters_after): next_phase}``.
+
+    Args:
+        rules: the declaration.
+        cached: which verdict-cache fact the table is for: ``False`` (the
+            key has no fresh cached answer; the only case without a cache)
+            or ``True``.
 
     Cases absent from the result are events that cannot happen to a state in
     that phase (the core never asks for them).
@@ -208,40 +254,45 @@ def compile_rules(rules: Iterable[Rule]) -> dict[tuple[Phase, Event, bool], Phas
     table: dict[tuple[Phase, Event, bool], Phase] = {}
     for rule in rules:
         for has_waiters in (True, False):
-            if rule.waiters.admits(has_waiters):
+            if rule.admits(has_waiters, cached):
                 table[(rule.source, rule.event, has_waiters)] = rule.dest
     return table
 
 
 validate(RULES)
 
-#: The Lookup of a key without a state whose verdict the opt-in verdict
-#: cache still remembers (docs/cache.md): the same case as RULES' first row,
-#: under a guard RULES does not index (a fresh remembered backend answer for
-#: the key), so it is declared apart.  Without a cache it never happens.
-RECALL_RULE = Rule(
-    ABSENT,
-    Event.LOOKUP,
-    Waiters.SOME,
-    LookupPhase.RESOLVED,
-    "remembered backend answer within its TTL: resolved at once, never probed",
-)
+#: The row of :data:`RULES` for a Lookup of a key without a state whose
+#: backend answer the opt-in verdict cache holds within its TTL
+#: (docs/cache.md).  Without a cache it never fires.
+RECALL_RULE: Rule = next(r for r in RULES if r.cached is Cached.YES)
 
-#: The hot path's view of :data:`RULES`.
+#: The hot path's view of :data:`RULES` for a key with no fresh cached answer
+#: (every key without a cache); :data:`RECALL_RULE` is the one row that
+#: differs when the key's answer is cached.
 NEXT_PHASE: dict[tuple[Phase, Event, bool], Phase] = compile_rules(RULES)
+if compile_rules(RULES, cached=True) != {**NEXT_PHASE, (ABSENT, Event.LOOKUP, True): RECALL_RULE.dest}:
+    raise LifecycleError("a cached answer changes a row other than the Lookup of a key without a state")
 
 
 # --- the ``transitions`` machine -------------------------------------------
 #
-# Built from RULES on demand (building costs milliseconds; a model per probe
-# would cost tens of microseconds per key, which is why the hot path uses
-# NEXT_PHASE instead).  The guard is the model's ``waiters_after`` attribute.
+# Built from RULES on demand by the tests (building costs milliseconds; a model
+# per probe would cost tens of microseconds per key, which is why the hot path
+# uses NEXT_PHASE instead).  The guards are the model's ``waiters_after`` and
+# ``cached`` attributes.  ``transitions`` is not a dependency of the core: it
+# comes with the ``dev`` extra.
+
+_NO_TRANSITIONS = (
+    "kvprobe.spec.lifecycle.{} needs the 'transitions' package, which kvprobe "
+    "installs only with its dev extra: pip install 'kvprobe[dev]' (or pip install transitions)"
+)
 
 
 class _ProbeModel:
     def __init__(self, phase: Phase) -> None:
         self.state = phase_name(phase)
         self.waiters_after = True
+        self.cached = False
 
     def has_waiters(self) -> bool:
         return self.waiters_after
@@ -249,14 +300,30 @@ class _ProbeModel:
     def has_no_waiters(self) -> bool:
         return not self.waiters_after
 
+    def is_cached(self) -> bool:
+        return self.cached
+
+    def is_not_cached(self) -> bool:
+        return not self.cached
+
 
 def build_machine(rules: Iterable[Rule] = RULES) -> Any:
-    """Build a ``transitions.Machine`` whose triggers are the event values.
+    """Build a ``transitions.Machine`` from the rules; its triggers are the event values.
 
-    The model is created in the ABSENT state; drive it with
-    :func:`machine_next`.  Raises ``ImportError`` if ``transitions`` is missing.
+    The machine is a second reading of the declaration, for the tests to
+    compare with :data:`NEXT_PHASE` and with TLC's explored graph; it neither
+    validates the rules (:func:`validate` does) nor draws them
+    (:func:`to_dot` does).  The model is created in the ABSENT state; drive
+    it with :func:`machine_next`.
+
+    Raises:
+        ImportError: ``transitions`` is not installed (the message names the
+            extra that brings it).
     """
-    from transitions import Machine
+    try:
+        from transitions import Machine
+    except ImportError as err:
+        raise ImportError(_NO_TRANSITIONS.format("build_machine")) from err
 
     model = _ProbeModel(INITIAL)
     machine = Machine(
@@ -270,6 +337,8 @@ def build_machine(rules: Iterable[Rule] = RULES) -> Any:
         conditions: list[str | Callable[..., bool | None]] = []
         if rule.waiters is not Waiters.ANY:
             conditions.append("has_waiters" if rule.waiters is Waiters.SOME else "has_no_waiters")
+        if rule.cached is not Cached.ANY:
+            conditions.append("is_cached" if rule.cached is Cached.YES else "is_not_cached")
         machine.add_transition(
             trigger=rule.event.value,
             source=phase_name(rule.source),
@@ -279,17 +348,31 @@ def build_machine(rules: Iterable[Rule] = RULES) -> Any:
     return machine
 
 
-def machine_next(machine: Any, phase: Phase, event: Event, has_waiters: bool) -> Phase | str:
+def machine_next(machine: Any, phase: Phase, event: Event, has_waiters: bool, cached: bool = False) -> Phase | str:
     """Fire ``event`` on the machine from ``phase``; return the next phase.
+
+    Args:
+        machine: a machine from :func:`build_machine`.
+        phase: the phase the key is in before the event.
+        event: what happens.
+        has_waiters: whether a request still waits on the probe after it.
+        cached: whether the verdict cache holds a fresh answer for the key.
 
     Returns the string ``"invalid"`` when no rule applies (the machine raises
     ``MachineError`` or its guard refuses).
+
+    Raises:
+        ImportError: ``transitions`` is not installed.
     """
-    from transitions import MachineError
+    try:
+        from transitions import MachineError
+    except ImportError as err:
+        raise ImportError(_NO_TRANSITIONS.format("machine_next")) from err
 
     model = machine.model
     machine.set_state(phase_name(phase), model)
     model.waiters_after = has_waiters
+    model.cached = cached
     try:
         fired = model.trigger(event.value)
     except MachineError:
@@ -306,8 +389,9 @@ def to_dot(rules: Iterable[Rule] = RULES) -> str:
     lines.append('  ABSENT [shape=circle, label="ABSENT"];')
     grouped: dict[tuple[str, str], list[str]] = {}
     for rule in rules:
-        guard = "" if rule.waiters is Waiters.ANY else f" [{rule.waiters.value}]"
-        grouped.setdefault((phase_name(rule.source), phase_name(rule.dest)), []).append(rule.event.value + guard)
+        grouped.setdefault((phase_name(rule.source), phase_name(rule.dest)), []).append(
+            rule.event.value + guard_label(rule)
+        )
     for (src, dst), labels in grouped.items():
         label = "\\n".join(labels)
         lines.append(f'  {src} -> {dst} [label="{label}"];')

@@ -353,7 +353,7 @@ def _first_unmatched(events: Sequence[dict[str, object]], depth: int | None) -> 
 
 def diagram_markdown() -> str:
     """The text of docs/lifecycle.md, generated from :data:`kvprobe.spec.lifecycle.RULES`."""
-    from kvprobe.spec.lifecycle import RULES, Waiters, phase_name, to_dot
+    from kvprobe.spec.lifecycle import RULES, guard_label, phase_name, to_dot
 
     lines = [
         "# Probe lifecycle",
@@ -362,22 +362,26 @@ def diagram_markdown() -> str:
         "     do not edit by hand (tests/tla/test_tla_diagram.py checks it). -->",
         "",
         "One key's probe state; `ABSENT` means no state is held.  Edge labels are",
-        "the events (TLA+ action names); `[some]` / `[none]` is whether any request",
-        "still waits on the probe after the event.  The TLA+ model (`tla/KVProbe.tla`)",
-        "takes exactly these transitions: `tests/tla/test_tla_conformance.py` compares",
-        "them with the state graph TLC explores.",
+        "the events (TLA+ action names) and their guards: `[some]` / `[none]` is",
+        "whether any request still waits on the probe after the event; `cached` /",
+        "`not cached` is whether the opt-in verdict cache ([cache.md](cache.md))",
+        "holds a fresh backend answer for the key (without a cache, never).  The",
+        "TLA+ model (`tla/KVProbe.tla`) takes exactly these transitions:",
+        "`tests/tla/test_tla_conformance.py` compares them with the state graphs TLC",
+        "explores for `tla/default.cfg` and `tla/cache.cfg`.",
         "",
         "```mermaid",
         "stateDiagram-v2",
         "    [*] --> ABSENT",
     ]
     for rule in RULES:
-        guard = "" if rule.waiters is Waiters.ANY else f" [{rule.waiters.value}]"
-        lines.append(f"    {phase_name(rule.source)} --> {phase_name(rule.dest)}: {rule.event.value}{guard}")
-    lines += ["```", "", "| from | event | waiters after | to | note |", "|---|---|---|---|---|"]
+        lines.append(
+            f"    {phase_name(rule.source)} --> {phase_name(rule.dest)}: {rule.event.value}{guard_label(rule)}"
+        )
+    lines += ["```", "", "| from | event | waiters after | verdict cache | to | note |", "|---|---|---|---|---|---|"]
     for rule in RULES:
         lines.append(
-            f"| {phase_name(rule.source)} | {rule.event.value} | {rule.waiters.value} "
+            f"| {phase_name(rule.source)} | {rule.event.value} | {rule.waiters.value} | {rule.cached.value} "
             f"| {phase_name(rule.dest)} | {rule.note} |"
         )
     lines += ["", "The same diagram as Graphviz source (`kvprobe.spec.lifecycle.to_dot()`):", "", "```dot"]

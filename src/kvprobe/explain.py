@@ -265,7 +265,7 @@ ACTIONS: dict[str, Callable[[State, State], str]] = {
 
 def _stale(states: Sequence[State]) -> str:
     # The step that set the history flag `stale`: the generations whose
-    # applied count grew there, against the generation of each key it changed.
+    # applied count grew there, against the generation each key it changed had.
     for before, after in itertools.pairwise(states):
         if after.get("stale") is not True or before.get("stale") is True:
             continue
@@ -279,7 +279,7 @@ def _stale(states: Sequence[State]) -> str:
             else ""
         )
         for key in _changed_keys(before, after, "phase") + _changed_keys(before, after, "verdict"):
-            current = after["gen"][key]
+            current = before["gen"][key]  # the state the result fell on (a reclaim resets it to none)
             wrong = [g for g in grew if g != current]
             if wrong:
                 return (
@@ -296,12 +296,22 @@ def _enqueue_once(states: Sequence[State]) -> str:
         twice = [i for i, n in enumerate(sent, 1) if isinstance(n, int) and n > 1]
         if twice:
             return f"generation {twice[0]} was submitted to the backend {sent[twice[0] - 1]} times"
-    if last.get("sentDead"):
-        return (
-            f"generation(s) {_name(last['sentDead'])} were submitted although their state was no longer "
-            "PENDING (a request that finished before the flush was still probed)"
-        )
-    return "one generation got more than one applied result"
+    sent_in = last.get("sentIn")
+    if isinstance(sent_in, tuple):
+        late = [(g, phase) for g, phase in enumerate(sent_in, 1) if phase not in ("never", "PENDING")]
+        if late:
+            g, phase = late[0]
+            said = "its key had no state" if phase == "ABSENT" else f"its state was {phase}"
+            return (
+                f"generation {g} was submitted to the backend when {said}: only a PENDING state is "
+                "submitted (a key forced, resolved or reclaimed before the flush must not be probed)"
+            )
+    applied = last.get("applied")
+    if isinstance(applied, tuple):
+        twice = [i for i, n in enumerate(applied, 1) if isinstance(n, int) and n > 1]
+        if twice:
+            return f"generation {twice[0]} had {applied[twice[0] - 1]} results applied: at most one is"
+    return "one generation was submitted twice, after its state left PENDING, or got two applied results"
 
 
 def _forced(states: Sequence[State]) -> str:
@@ -368,6 +378,116 @@ def _from_backend(states: Sequence[State]) -> str:
     return "a verdict is not what the backend answered"
 
 
+def _resolved_verdicts(last: State) -> list[tuple[str, Any, bool, int]]:
+    """(key, verdict, forced, generation the verdict must come from) of each RESOLVED key."""
+    recalled = last.get("recalled", {})
+    out = []
+    for key, phase in sorted(last.get("phase", {}).items(), key=str):
+        if phase == "RESOLVED":
+            gen = last["gen"][key]
+            source = recalled.get((key, gen), 0) or gen  # KVProbe.tla's Source(k); 0 is NoGen
+            out.append((key, last["verdict"][key], bool(last["forced"][key]), source))
+    return out
+
+
+def _provenance(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, verdict, forced, source in _resolved_verdicts(last):
+        told = last["told"][(key, source)]
+        if forced and verdict != "miss":
+            return f"{key} is RESOLVED {verdict} though it was forced: a forced key's verdict is MISS"
+        if not forced and verdict != told:
+            said = "nothing was published" if told == "none" else f"the first outcome published said {told}"
+            return (
+                f"{key} is RESOLVED {verdict}, but for generation {source} {said}: a verdict is what was "
+                "published first for its generation (MISS for a failure, timeout, saturation or death)"
+            )
+    return "a RESOLVED key's verdict is not what was first published for its generation"
+
+
+def _lookup_answers(states: Sequence[State]) -> str:
+    last = states[-1]
+    out = last["out"]
+    key, req, ans = out["key"], out["req"], out["ans"]
+    answer = {"none": "not known yet"}.get(str(ans), str(ans))
+    if last["forced"][key] and ans != "miss":
+        return f"{req} was answered {answer} for {key}, which was forced: a forced key is answered MISS"
+    told = last["told"][(key, last["gen"][key])]
+    return (
+        f"{req} was answered {answer} for {key}, though an outcome of its generation {last['gen'][key]} "
+        f"was already published ({told}): a published answer is seen by the next lookup"
+    )
+
+
+def _chain_step(states: Sequence[State], flag: str) -> tuple[str, str]:
+    """(request, key) of the Lookup that set the chain-walk history ``flag``."""
+    for before, after in itertools.pairwise(states):
+        if after.get(flag) is True and before.get(flag) is not True:
+            out = after["out"]
+            return str(out["req"]), str(out["key"])
+    raise KeyError(flag)
+
+
+def _chain_past_miss(states: Sequence[State]) -> str:
+    req, key = _chain_step(states, "chainPastMiss")
+    return f"{req}'s walk looked up {key} after a key before it in the chain was known NOT stored: a walk stops there"
+
+
+def _chain_ahead(states: Sequence[State]) -> str:
+    req, key = _chain_step(states, "chainAhead")
+    return (
+        f"{req}'s walk looked up {key} while a key of an earlier window was not yet known stored: "
+        "a walk waits for its window's answers before the next window"
+    )
+
+
+def _chain_untold_hit(states: Sequence[State]) -> str:
+    req, key = _chain_step(states, "chainUntoldHit")
+    return (
+        f"{req}'s walk found {key} stored, but no backend call for its generation answered it stored "
+        "(or it was forced): a key is found stored only on the backend's word"
+    )
+
+
+def _inferred_stored(states: Sequence[State]) -> str:
+    last = states[-1]
+    return (
+        f"a walk would infer keys stored that were not all in the store (it holds {_name(last['stored'])}) "
+        "when the backend last answered its boundary key stored: inference holds only on a store without holes"
+    )
+
+
+def _refuted_walked(states: Sequence[State]) -> str:
+    refuted = states[-1]["refuted"]
+    return (
+        f"a walk infers keys although {_name(refuted)} had a failed load (refuted): after a failed load "
+        "the chain is walked exactly, key by key"
+    )
+
+
+def _cache_provenance(states: Sequence[State]) -> str:
+    last = states[-1]
+    said = {"hit": last.get("backendHit", frozenset()), "miss": last.get("backendMiss", frozenset())}
+    for key, answer in sorted(last.get("mem", {}).items(), key=str):
+        if answer == "none":
+            continue
+        gen = last["memGen"][key]
+        if (key, gen) in last.get("forgot", frozenset()):
+            return f"the verdict cache still remembers {answer} for {key} (generation {gen}) after a MarkMiss forgot it"
+        if (key, gen) not in said.get(answer, frozenset()):
+            return (
+                f"the verdict cache remembers {answer} for {key} (generation {gen}), which no backend call "
+                "answered: only a backend's own answer is remembered (never a failure's MISS)"
+            )
+    for key, verdict, forced, source in _resolved_verdicts(last):
+        if not forced and source != last["gen"][key] and (key, source) not in said.get(verdict, frozenset()):
+            return (
+                f"{key} was served {verdict} from the verdict cache (recalled from generation {source}), "
+                "which is not what the backend answered for that generation"
+            )
+    return "the verdict cache holds or served an answer the backend did not give"
+
+
 #: Property -> what went wrong, from the states of the counterexample.
 VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
     "StaleGenerationDropped": _stale,
@@ -383,6 +503,20 @@ VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
     "AfterShutdownEmpty": lambda s: "a state is still held after shutdown",
     "LookupReturnsVerdict": _lookup_returns,
     "VerdictFromBackend": _from_backend,
+    "VerdictProvenance": _provenance,
+    "LookupAnswers": _lookup_answers,
+    "ChainTypeOK": lambda s: "the chain walk's history took a value outside its type",
+    "ChainStopsAtMiss": _chain_past_miss,
+    "ChainWindowWaits": _chain_ahead,
+    "ChainHitsAnswered": _chain_untold_hit,
+    "StoreTypeOK": lambda s: "the modelled store, the refuted keys or the store-at-hit history left their type",
+    "InferredStored": _inferred_stored,
+    "InferredBoundaryVerified": lambda s: (
+        "a search answered at a boundary its request had not verified: the boundary key must be answered "
+        "stored by a backend call (not forced) and the key after it known NOT stored, or be the chain's end"
+    ),
+    "RefutedWalkedExactly": _refuted_walked,
+    "CacheProvenance": _cache_provenance,
     "EventuallyReclaimed": lambda s: _never_reclaimed(s),
     "deadlock": lambda s: "no action can happen any more, yet the manager was not shut down",
 }

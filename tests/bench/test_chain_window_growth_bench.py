@@ -1,4 +1,4 @@
-"""bench.chains --part windows with a growth other than 2: the keys and steps follow from the schedule.
+"""bench.chains.run --part windows with a growth other than 2: the keys and steps follow from the schedule.
 
 For a stored prefix ``p`` below the chain's length the walk probes every
 window up to the one holding key ``p`` (the first missing block) and
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import chains
+from bench.chains import run as chains
 from kvprobe.statemachine.windows import window_end
 
 

@@ -1,4 +1,4 @@
-"""bench.chains --part windows: what each window schedule costs a request, counted (no timing).
+"""bench.chains.run --part windows: what each window schedule costs a request, counted (no timing).
 
 The runner walks one request per stored prefix until its answer is decided;
 what it counts must follow from the schedule: answers exact, ``"all"``
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import chains
+from bench.chains import run as chains
 
 
 def test_the_stated_mixes_are_what_the_report_says() -> None:

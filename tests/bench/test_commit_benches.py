@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from bench.hotpath import parse_ratios
-from bench.starvation import KINDS, parse_figures
+from bench.hotpath.cost import parse_ratios
+from bench.reliability.starvation import KINDS, parse_figures
 
 
 def test_starvation_figures_are_read_from_the_probes_last_line() -> None:

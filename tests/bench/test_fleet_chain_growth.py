@@ -1,6 +1,6 @@
 """The benches' window growth options: the fleet simulation's chain modes and the RGW fleet's exact mode.
 
-``bench.fleet --chain-growth G`` and ``bench.fleet_rgw --chain-window F
+``bench.fleet --chain-growth G`` and ``bench.fleet.rgw --chain-window F
 --chain-growth G`` hand a schedule to the walks they measure; what they
 count from it (windows per request, rounds to decide) follows that schedule.
 """
@@ -12,8 +12,8 @@ from test_fleet_rgw_figures import _outcome, _raw
 
 from bench.fleet.__main__ import main as fleet_main
 from bench.fleet.modes import Chain, make_mode
-from bench.fleet_rgw import Setup
-from bench.fleet_rgw_report import rounds, seed_figures
+from bench.fleet.rgw import Setup
+from bench.fleet.rgw_report import rounds, seed_figures
 from kvprobe.statemachine import InvalidInputError, InvalidValueError
 
 

@@ -1,4 +1,4 @@
-"""bench.fleet_rgw_report's arithmetic on made-up outcomes (no store): each figure counts what it says."""
+"""bench.fleet.rgw_report's arithmetic on made-up outcomes (no store): each figure counts what it says."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_rgw import Setup, engine_plans, main as fleet_rgw_main, measure, stored_prefixes
-from bench.fleet_rgw_report import comparison, mode_tables, rounds, schedule_label, seed_figures, tables, targets
+from bench.fleet.rgw import Setup, engine_plans, main as fleet_rgw_main, measure, stored_prefixes
+from bench.fleet.rgw_report import comparison, mode_tables, rounds, schedule_label, seed_figures, tables, targets
 
 
 def _outcome(stored: int, hits: int, decided: bool = True, after: float = 1.0, inferred: int = 0) -> dict[str, Any]:

@@ -1,10 +1,10 @@
-"""bench.pace_cost runs both paces on the same calls and prints one row each, and refuses a run of nothing."""
+"""bench.objstore.pace_cost runs both paces on the same calls and prints one row each, and refuses a run of nothing."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.pace_cost import main, measure
+from bench.objstore.pace_cost import main, measure
 
 
 def test_both_paces_are_measured_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:

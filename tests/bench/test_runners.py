@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import chains, hotpath
+from bench.chains import run as chains
 from bench.commits import interleaved, run_probe
 from bench.common import Workload
+from bench.hotpath import cost as hotpath
 
 
 def test_hotpath_times_every_lookup_of_the_plan_for_both_managers() -> None:

@@ -67,6 +67,9 @@ def test_spec_mutant_is_reported_by_its_clause(mutant: str, capsys: pytest.Captu
     out = capsys.readouterr().out
     config = find_mutant(mutant).config
     assert f"kvprobe check {config} (mutant {mutant}): VIOLATED safety property {SPEC_CAUGHT_BY[mutant]}:" in out
+    # The account says what went wrong in words, not the bare fallback (tests/cli/test_explain.py runs every kind).
+    assert f"What went wrong ({SPEC_CAUGHT_BY[mutant]}): " in out
+    assert f"the property {SPEC_CAUGHT_BY[mutant]} does not hold." not in out
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")

@@ -132,3 +132,74 @@ def test_mark_miss_on_a_stateless_key_says_its_remembered_answer_is_forgotten() 
     ]
     step = next(line for line in explain(steps, "NoSuchInvariant").splitlines() if line.startswith("  [2] MarkMiss:"))
     assert "forced MISS on a key with no state; forgot the remembered answer of k1" in step
+
+
+# --- every property that can fail has its sentence ---------------------------------
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tla"))
+from mutant_runs import shared_tlc_runs  # noqa: E402,F401 (a fixture)
+
+from kvprobe.check import EXIT_INVARIANT, main  # noqa: E402
+from kvprobe.explain import VIOLATIONS  # noqa: E402
+from kvprobe.tlc import tla_dir  # noqa: E402
+from kvprobe.tlc_mutants import MUTANTS  # noqa: E402
+
+#: The account's last line: the property and what went wrong.
+_LAST_LINE = re.compile(r"^What went wrong \((\w+)\): (.+)\.$", re.MULTILINE)
+#: The mutants whose check ends in a counterexample (a reach.cfg mutant removes a witness instead).
+COUNTEREXAMPLE_MUTANTS = [m.name for m in MUTANTS if m.config != "reach"]
+
+
+def _checked_properties() -> set[str]:
+    """Every invariant and property some config of tla/ checks (reach.cfg's are witnesses, meant to fail)."""
+    names: set[str] = set()
+    for cfg in tla_dir().glob("*.cfg"):
+        if cfg.name == "reach.cfg":
+            continue
+        section = ""
+        for line in cfg.read_text().splitlines():
+            words = line.split("\\*", 1)[0].split()
+            if words and words[0].replace("_", "").isupper():  # a section keyword, maybe with its values
+                section, words = words[0], words[1:]
+            if section in ("INVARIANTS", "INVARIANT", "PROPERTIES", "PROPERTY"):
+                names.update(words)
+    return names
+
+
+def test_every_checked_property_has_its_sentence() -> None:
+    checked = _checked_properties()
+    assert {"TypeOK", "VerdictProvenance", "LookupAnswers", "CacheProvenance", "InferredStored"} <= checked
+    assert checked - set(VIOLATIONS) == set(), "add a sentence to kvprobe.explain.VIOLATIONS"
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
+@pytest.mark.tlc
+@pytest.mark.long
+@pytest.mark.usefixtures("shared_tlc_runs")
+@pytest.mark.parametrize("mutant", COUNTEREXAMPLE_MUTANTS)
+def test_every_mutants_account_ends_with_its_sentence(mutant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The runs are shared with the mutant tests of the same session (tests/tla/mutant_runs.py).
+    assert main(["--quiet", "--workers", "1", "--mutant", mutant]) == EXIT_INVARIANT
+    out = capsys.readouterr().out
+    last = _LAST_LINE.findall(out)
+    assert len(last) == 1, out
+    prop, said = last[0]
+    assert f"VIOLATED safety property {prop}:" in out
+    assert not said.endswith("does not hold"), f"{mutant}: no sentence for {prop}: {said}"
+
+
+def test_a_stale_reclaim_names_the_generation_of_the_state_it_reclaimed() -> None:
+    # stale-reclaims-newer: generation 1's outcome reclaims k1's generation-2 state,
+    # which leaves k1 with no state (generation 0): the sentence names generation 2.
+    before = {
+        "stale": False,
+        "applied": (0, 0),
+        "resq": ({"kind": "ok"},),
+        "phase": {"k1": "RESOLVED"},
+        "verdict": {"k1": "hit"},
+        "gen": {"k1": 2},
+    }
+    after = {**before, "stale": True, "applied": (1, 0), "resq": (), "phase": {"k1": "ABSENT"}}
+    after |= {"verdict": {"k1": "none"}, "gen": {"k1": 0}}
+    said = VIOLATIONS["StaleGenerationDropped"]([before, after])
+    assert said.startswith("the generation-1 result was applied to generation 2 of k1"), said

@@ -4,7 +4,7 @@ Each is an in-memory tier (a ``BlockStore``: ``batch_lookup``, ``store``,
 ``remove``) with one defect a real tier can have.  ``LYING_TIERS`` maps a
 short name to ``(factory path, what is wrong)``; the CI test runs the
 derandomized default ``kvprobe conform`` on each, and
-``bench/conform_power.py`` measures over random seeds how often and how fast
+``bench/checks/conform_power.py`` measures over random seeds how often and how fast
 the default run catches each one.
 """
 

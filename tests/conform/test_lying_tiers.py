@@ -1,7 +1,7 @@
 """``kvprobe conform`` fails every lying tier, on the derandomized default run (the CI case).
 
 The measured power over random seeds (how often, how fast) is in
-docs/checkers.md, produced by bench/conform_power.py from the same tiers.
+docs/checkers.md, produced by bench/checks/conform_power.py from the same tiers.
 """
 
 from __future__ import annotations

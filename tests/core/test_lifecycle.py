@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 
@@ -10,7 +11,9 @@ from kvprobe.spec.lifecycle import (
     ABSENT,
     ALL_PHASES,
     NEXT_PHASE,
+    RECALL_RULE,
     RULES,
+    Cached,
     Event,
     LifecycleError,
     LookupPhase,
@@ -63,10 +66,36 @@ def test_design_table_rows(case: tuple[LookupPhase | None, Event, bool], dest: L
 
 
 def test_every_rule_is_compiled_and_nothing_else() -> None:
-    expected = sum(1 if r.waiters is not Waiters.ANY else 0 for r in RULES) + 2 * sum(
-        1 for r in RULES if r.waiters is Waiters.ANY
+    uncached = [r for r in RULES if r.cached is not Cached.YES]
+    expected = sum(1 if r.waiters is not Waiters.ANY else 0 for r in uncached) + 2 * sum(
+        1 for r in uncached if r.waiters is Waiters.ANY
     )
     assert len(NEXT_PHASE) == expected == len(compile_rules(RULES))
+
+
+def test_the_recall_is_a_row_of_the_table_and_differs_only_when_cached() -> None:
+    assert RECALL_RULE in RULES
+    assert (RECALL_RULE.source, RECALL_RULE.event, RECALL_RULE.dest) == (ABSENT, Event.LOOKUP, R)
+    cached = compile_rules(RULES, cached=True)
+    assert {case for case in cached if cached[case] is not NEXT_PHASE.get(case)} == {(ABSENT, Event.LOOKUP, True)}
+    machine = build_machine()
+    assert machine_next(machine, ABSENT, Event.LOOKUP, True, cached=True) is R
+    assert machine_next(machine, ABSENT, Event.LOOKUP, True, cached=False) is P
+    assert machine_next(machine, F, Event.LOOKUP, True, cached=True) is F
+
+
+def test_validate_rejects_a_recall_without_its_cache_guard() -> None:
+    loose = Rule(ABSENT, Event.LOOKUP, Waiters.SOME, R, "recall whatever the cache holds")
+    with pytest.raises(LifecycleError, match="both claim"):
+        validate((*(r for r in RULES if r is not RECALL_RULE), loose))
+
+
+def test_the_machine_names_the_extra_when_transitions_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transitions", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match=r"kvprobe\[dev\]"):
+        build_machine()
+    with pytest.raises(ImportError, match=r"machine_next.*kvprobe\[dev\]"):
+        machine_next(object(), ABSENT, Event.LOOKUP, True)
 
 
 def test_validate_rejects_a_case_declared_twice() -> None:

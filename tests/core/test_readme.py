@@ -110,3 +110,42 @@ def test_links_resolve() -> None:
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README):
         if "://" not in target:
             assert (ROOT / target).exists(), f"README links {target}, which does not exist"
+
+
+def _contract_block() -> str:
+    found = re.search(r"```\n(.*?)```", section(README, "The contract in brief"), flags=re.S)
+    assert found is not None, "the contract section has no code block"
+    return found.group(1)
+
+
+def test_the_contract_block_shows_every_constructor_option_with_its_default() -> None:
+    import ast
+    import inspect
+
+    from kvprobe import AsyncLookupManager
+
+    block = _contract_block()
+    call = block[block.index("AsyncLookupManager(backend") : block.index("m.lookup(")]
+    code = "\n".join(line.split("#", 1)[0] for line in call.splitlines())  # comments aside
+    shown = dict(re.findall(r"(\w+)=([^,)\s]+)", code))
+    options = {
+        name: param.default
+        for name, param in inspect.signature(AsyncLookupManager.__init__).parameters.items()
+        if param.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert set(shown) == set(options), f"missing: {set(options) - set(shown)}; unknown: {set(shown) - set(options)}"
+    for name, default in options.items():
+        assert ast.literal_eval(shown[name]) == default, (name, shown[name], default)
+
+
+def test_the_contract_block_shows_lookup_chain_with_its_own_arguments() -> None:
+    import inspect
+
+    from kvprobe import AsyncLookupManager
+
+    line = next(line for line in _contract_block().splitlines() if line.startswith("m.lookup_chain("))
+    call = line.split("->", 1)[0]
+    shown = re.findall(r"(\w+)", call.split("(", 1)[1])
+    assert shown == [p for p in inspect.signature(AsyncLookupManager.lookup_chain).parameters if p != "self"]
+    # The chain options belong to the constructor: the line must not read as if lookup_chain took them.
+    assert not re.search(r"\bchain_\w+=", line), line

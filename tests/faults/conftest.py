@@ -54,7 +54,7 @@ fault into a real backend where one applies and checks that every waiting
 request gets a verdict within a bound, that the same manager keeps serving
 afterwards (a fresh stored key gets a true verdict), that the counters
 (`m.stats`) record the fault, and that `len(m)` returns to 0 once the requests
-finish.  The soak (`bench/soak.py`) runs a million lookups with faults and
+finish.  The soak (`bench/reliability/soak.py`) runs a million lookups with faults and
 checks that nothing accumulates.
 
 ## Fault matrix
@@ -64,7 +64,7 @@ checks that nothing accumulates.
 ## Soak
 
 <!-- soak:begin -->
-(run `python -m bench.soak --update-doc docs/reliability.md`)
+(run `python -m bench.reliability.soak --update-doc docs/reliability.md`)
 <!-- soak:end -->
 """
 

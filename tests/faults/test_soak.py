@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
 
-from bench import soak
+from bench.reliability import soak
 from kvprobe.statemachine import AsyncLookupManager, LookupCore, LookupPhase
 
 SMALL = dict(

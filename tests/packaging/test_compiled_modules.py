@@ -1,6 +1,7 @@
 """The compiled core covers the modules the hot path calls, whichever options are on, and the docs count them.
 
-``setup.py``'s ``COMPILED_MODULES`` is read without running the build.  The
+The compiled modules are declared once, in the package
+(``kvprobe.statemachine.compiled_core``), and ``setup.py`` reads that file.  The
 build itself is checked by ``test_build_modes.py`` (a wheel) and by
 ``make test-compiled`` (the suite against a compiled wheel installed in the venv, where the last
 test here runs rather than skips).
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kvprobe.build_info import build_info
+from kvprobe.statemachine.compiled_core import COMPILED_MODULES, is_compiled_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,13 +28,27 @@ OPTION_MODULES = {
 
 
 def compiled_modules() -> list[str]:
-    """``COMPILED_MODULES`` of setup.py, as written there."""
-    for node in ast.parse((ROOT / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["COMPILED_MODULES"]:
-            listed = ast.literal_eval(node.value)
-            assert isinstance(listed, list)
-            return [str(name) for name in listed]
-    raise AssertionError("setup.py assigns no COMPILED_MODULES")
+    """The compiled core's modules, as the package declares them (statemachine/compiled_core.py)."""
+    return list(COMPILED_MODULES)
+
+
+def test_setup_reads_the_packages_declaration_and_lists_none_of_its_own() -> None:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    literal_lists = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.List | ast.Tuple)
+        and any(isinstance(e, ast.Constant) and str(e.value).startswith("kvprobe.statemachine.") for e in node.elts)
+    ]
+    assert literal_lists == [], "setup.py lists compiled modules itself: read statemachine/compiled_core.py"
+    assert 'statemachine" / "compiled_core.py"' in (ROOT / "setup.py").read_text()
+
+
+def test_every_declared_module_is_a_module_of_the_package() -> None:
+    for name in COMPILED_MODULES:
+        assert (ROOT / "statemachine" / f"{name.rpartition('.')[2]}.py").is_file(), name
+    assert is_compiled_module("kvprobe.statemachine.core")
+    assert not is_compiled_module("kvprobe.statemachine.manager")  # a driver
 
 
 def runtime_imports(source: Path) -> set[str]:

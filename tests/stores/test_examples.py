@@ -35,6 +35,35 @@ def test_example_scheduler_loop_finishes_clean(script: str, tmp_path: Path) -> N
     assert "backend_errors=0" in done.stdout and "hits=0," not in done.stdout
 
 
+#: Runs an example with the ``s3`` extra's packages hidden, as on an install without it.
+_WITHOUT_S3_EXTRA = """
+import importlib.abc, runpy, sys
+class Hidden(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("boto3", "botocore", "moto"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Hidden())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["http://127.0.0.1:9", "kvprobe-example"]], ids=["local-server", "url-bucket"])
+def test_object_store_example_names_the_s3_extra_when_it_is_missing(args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_S3_EXTRA, "nixl_obj_tier.py", *args],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "pip install 'kvprobe[s3]'" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
 def kvprobe_imports(tree: ast.AST) -> list[tuple[str, str | None]]:
     """Every (module, name) a module imports from kvprobe; name None for ``import kvprobe.x``."""
     found: list[tuple[str, str | None]] = []

@@ -91,6 +91,14 @@ def default_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
 
 
 @pytest.fixture(scope="session")
+def cache_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of tla/cache.cfg (verdict cache on) with one key, no symmetry."""
+    text = (tla_dir() / "cache.cfg").read_text()
+    assert "CacheOn = TRUE" in text, "cache.cfg no longer turns the verdict cache on"
+    return explored_graph(tmp_path_factory.mktemp("cache-graph"), graph_config(text))
+
+
+@pytest.fixture(scope="session")
 def two_key_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     """TLC's explored state graph of :func:`two_key_config` (invariants checked)."""
     return explored_graph(tmp_path_factory.mktemp("graph2"), two_key_config((tla_dir() / "default.cfg").read_text()))

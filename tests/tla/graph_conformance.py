@@ -3,9 +3,12 @@
 TLC's ``-dump dot,actionlabels`` graph has one node per distinct state (with
 every variable) and one edge per transition, labelled with the action name.
 For each edge this module derives the per-key phase transitions the action
-made: ``(source phase, action, waiters after, destination phase)``, where
-"waiters after" is whether any request still waits on the key after the
-action (by the state's waiters or by the reverse index).
+made: ``(source phase, action, waiters after, cached, destination phase)``,
+where "waiters after" is whether any request still waits on the key after
+the action (by the state's waiters or by the reverse index), and "cached"
+is whether the step served the key from the verdict cache's memory, read
+off the history the model records for it (``recalled``: the generation a
+new state was served from; tla/cache.cfg).
 
 Which keys an action concerns is read off the two states: the keys whose
 probe state (phase, generation, waiters, verdict, forced flag) changed;
@@ -18,13 +21,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvprobe.spec.actions import CORE_EVENTS, TERMINATED, WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event, LookupPhase, Phase, Rule
 
 _PER_KEY = ("phase", "gen", "waiters", "verdict", "forced")
 
-Transition = tuple[Phase, Event, bool, Phase]
+#: KVProbe.tla's NoGen: the ``recalled`` history's value for a state not served from memory.
+NO_GEN = 0
+
+
+class Transition(NamedTuple):
+    """One key's phase change in one step of the graph, with the facts the rules' guards read."""
+
+    source: Phase
+    event: Event
+    waiting: bool
+    cached: bool
+    dest: Phase
+
+
 State = Mapping[str, object]
 
 
@@ -34,6 +51,14 @@ def _phase(name: object) -> Phase:
 
 def _get(state: State, var: str, key: object) -> object:
     return state[var][key]  # type: ignore[index]
+
+
+def _served_from_memory(action: str, source: State, dest: State, key: object) -> bool:
+    """Whether the step made a new state of ``key`` that the model records as recalled from memory."""
+    if action != "Lookup" or _get(source, "phase", key) != "ABSENT" or _get(dest, "phase", key) == "ABSENT":
+        return False
+    recalled: Mapping[object, object] = dest["recalled"]  # type: ignore[assignment]
+    return recalled[(key, _get(dest, "gen", key))] != NO_GEN
 
 
 def _waiting(state: State, key: object) -> bool:
@@ -89,10 +114,11 @@ def observed_transitions(states: Mapping[str, State], edges: Iterable[tuple[str,
         event = Event(action)
         for key in concerned_keys(action, source, dest):
             found.add(
-                (
+                Transition(
                     _phase(_get(source, "phase", key)),
                     event,
                     _waiting(dest, key),
+                    _served_from_memory(action, source, dest, key),
                     _phase(_get(dest, "phase", key)),
                 )
             )
@@ -103,15 +129,19 @@ def compare(observed: Iterable[Transition], rules: Iterable[Rule]) -> tuple[set[
     """(observed transitions no rule admits, rules no observed transition witnesses).
 
     A rule admits a transition with the same source, event and destination
-    whose waiters fact its guard allows.  Both results empty means the model
+    whose waiters and cached facts its guards allow.  Both results empty means the model
     takes exactly the declared transitions.
     """
     rules = list(rules)
     observed = set(observed)
 
     def admits(rule: Rule, t: Transition) -> bool:
-        src, event, waiting, dst = t
-        return rule.source is src and rule.event is event and rule.dest is dst and rule.waiters.admits(waiting)
+        return (
+            rule.source is t.source
+            and rule.event is t.event
+            and rule.dest is t.dest
+            and rule.admits(t.waiting, t.cached)
+        )
 
     unexplained = {t for t in observed if not any(admits(r, t) for r in rules)}
     unwitnessed = [r for r in rules if not any(admits(r, t) for t in observed)]

@@ -14,6 +14,8 @@ TLC if no test asked for that config before).
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +27,20 @@ from kvprobe.check import reach_config
 from kvprobe.tlc import TlcResult, run_tlc, tla_dir
 from kvprobe.tlc_mutants import find_mutant, mutant_config, root_module
 
-_FOLDER = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
+_folder: Path | None = None
+
+
+def run_folder() -> Path:
+    """The folder of the session's config files: made on first use, removed when the process exits.
+
+    Not made at import, so collecting the tests (``--collect-only``) leaves
+    nothing behind.
+    """
+    global _folder
+    if _folder is None:
+        _folder = Path(tempfile.mkdtemp(prefix="kvprobe-mutant-"))
+        atexit.register(shutil.rmtree, _folder, ignore_errors=True)
+    return _folder
 
 
 #: The runs made so far, by (root module, every module's text, config text, workers, arguments).
@@ -42,7 +57,7 @@ def _cached_run(spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, 
     modules = tuple(sorted((p.name, p.read_text()) for p in spec.parent.glob("*.tla")))
     key = (spec.name, modules, cfg_text, workers, extra_args)
     if key not in _RUNS:
-        cfg = _FOLDER / f"run-{abs(hash(key))}.cfg"
+        cfg = run_folder() / f"run-{abs(hash(key))}.cfg"
         cfg.write_text(cfg_text)
         _RUNS[key] = run_tlc(spec, cfg, workers=workers, extra_args=extra_args)
     return _RUNS[key]

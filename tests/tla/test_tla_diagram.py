@@ -22,6 +22,10 @@ def test_every_rule_is_an_edge_of_the_diagram() -> None:
     edges = [line.strip() for line in mermaid.splitlines() if "-->" in line and "[*]" not in line]
     assert len(edges) == len(RULES)
     assert "    IN_FLIGHT --> ABSENT: MarkMiss [none]" in text
+    # The recall from the verdict cache is a row like the others: drawn, tabled, in the dot source.
+    assert "ABSENT --> RESOLVED: Lookup [some, cached]" in edges
+    assert "| ABSENT | Lookup | some | cached | RESOLVED |" in text
+    assert 'ABSENT -> RESOLVED [label="Lookup [some, cached]"];' in text
 
 
 def test_the_diagram_follows_the_declaration(monkeypatch: pytest.MonkeyPatch) -> None:

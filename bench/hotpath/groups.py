@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python -m bench.groups            # 5 rounds per configuration, side by side
-    python -m bench.groups --rounds 1
+    python -m bench.hotpath.groups            # 5 rounds per configuration, side by side
+    python -m bench.hotpath.groups --rounds 1
 
 Each round, one scheduler step looks up 9 requests' keys and flushes: one
 batch of 9 groups.  The backend sleeps 2 s for the slow request's group

@@ -1,4 +1,4 @@
-"""The windows part of :mod:`bench.chains` (``--part windows``): the trade of each window schedule.
+"""The windows part of :mod:`bench.chains.run` (``--part windows``): the trade of each window schedule.
 
 A schedule is a first window and a growth (``chain_window`` and
 ``chain_window_growth``: window ``k`` holds ``ceil(first * growth**k)``
@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.chain_walks import SetTier
+from bench.chains.walks import SetTier
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext
 
 __all__ = ["CHAIN_LENGTHS", "MIXES", "SCHEDULES", "WindowTrade", "stored_prefixes", "window_trade", "windows_report"]

@@ -1,6 +1,6 @@
-"""vLLM's own released lookup manager as a contender in ``bench.hotpath``.
+"""vLLM's own released lookup manager as a contender in ``bench.hotpath.cost``.
 
-``python -m bench.hotpath --peer vllm`` times kvprobe's manager against the
+``python -m bench.hotpath.cost --peer vllm`` times kvprobe's manager against the
 ``AsyncLookupManager`` that vLLM ships (``vllm.v1.kv_offload.tiering.
 async_lookup``), imported from an installed vLLM (``make test-vllm`` builds
 a venv with the pinned release; its python runs this).  Nothing of vLLM's is
@@ -45,7 +45,7 @@ def vllm_impl(fraction: float = 0.5) -> Impl:
     except ImportError as exc:
         raise ImportError(
             f"--peer vllm needs vLLM's {VLLM_MODULE}: run `make test-vllm` once, then "
-            "`.venv-vllm/bin/python -m bench.hotpath --peer vllm`"
+            "`.venv-vllm/bin/python -m bench.hotpath.cost --peer vllm`"
         ) from exc
     tier = StoredByHash(fraction)
 

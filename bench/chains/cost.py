@@ -1,4 +1,4 @@
-"""The cost part of :mod:`bench.chains` (``--part cost``): what a whole-request walk costs the scheduler per key.
+"""The cost part of :mod:`bench.chains.run` (``--part cost``): what a whole-request walk costs the scheduler per key.
 
 The three walks of :data:`bench.chain_walks.CONTENDERS`, each on its own
 manager over equal tiers: ``chain`` (``lookup_chain`` with
@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.chain_walks import CONTENDERS, Answer, SetTier
+from bench.chains.walks import CONTENDERS, Answer, SetTier
 from kvprobe.statemachine import ReqContext
 
 __all__ = ["PHASES", "ChainTally", "ChainWorkload", "cost_report", "measure_chains", "measure_phases"]

@@ -1,4 +1,4 @@
-"""The saving part of :mod:`bench.chains` (``--part saving``): the backend work ``lookup_chain`` saves.
+"""The saving part of :mod:`bench.chains.run` (``--part saving``): the backend work ``lookup_chain`` saves.
 
 Most chains miss early (shared prefixes of which the tier holds only the
 first blocks, unstored tails).  The engines of
@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.chain_walks import ENGINES, SetTier
+from bench.chains.walks import ENGINES, SetTier
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ProbeGroup, ReqContext
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW
 

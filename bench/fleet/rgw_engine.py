@@ -1,6 +1,6 @@
-"""One engine process of ``bench.fleet_rgw``: a scheduler loop over kvprobe's object tier.
+"""One engine process of ``bench.fleet.rgw``: a scheduler loop over kvprobe's object tier.
 
-Run as ``python -m bench.fleet_rgw_engine PLAN.json`` by :mod:`bench.fleet_rgw`
+Run as ``python -m bench.fleet.rgw_engine PLAN.json`` by :mod:`bench.fleet.rgw`
 (loopback only; the parent stops it by its pid if it overruns).  It builds a
 :class:`~kvprobe.backends.nixl_obj.NixlObjBackend` on the plan's endpoint
 (the rate-capping proxy) with the library's defaults (pacing on, one pace
@@ -123,7 +123,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m bench.fleet_rgw_engine PLAN.json", file=sys.stderr)
+        print("usage: python -m bench.fleet.rgw_engine PLAN.json", file=sys.stderr)
         return 2
     with open(args[0]) as f:
         plan = json.load(f)

@@ -13,7 +13,7 @@
 
 Both parts are optional: if the model or the machine is not there yet, the
 row says so instead of failing.
-Run: ``python -m bench.tlc_cost [--quick]``.
+Run: ``python -m bench.checks.tlc_cost [--quick]``.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Run from the repository root::
 
-    python -m bench.chaos                 # 5 minutes (the default)
-    python -m bench.chaos --seconds 60    # shorter
-    python -m bench.chaos --seed 7
+    python -m bench.reliability.chaos                 # 5 minutes (the default)
+    python -m bench.reliability.chaos --seconds 60    # shorter
+    python -m bench.reliability.chaos --seed 7
 
 A scheduler-shaped loop drives two long-lived managers at once over one
 file tier whose contents never change (so every verdict can be checked):
@@ -29,7 +29,7 @@ manager, ``objstore``, serves the same requests from a
 (``lookup_timeout_s=1``, the backend's ``deadline_s=0.8`` below it); the
 campaign freezes the gateway (SIGSTOP) at random for 0.5-3 s with a
 2,000-key request in flight, thaws it, and times how long until a stored
-key answers True again (:mod:`bench.chaos_s3`).  Without them the S3 part
+key answers True again (:mod:`bench.reliability.chaos_s3`).  Without them the S3 part
 is skipped with a one-line reason; ``--s3 on`` or ``KVPROBE_REQUIRE_RGW=1``
 makes that a failure.
 
@@ -69,8 +69,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from bench.chaos_s3 import LOOKUP_TIMEOUT_S, ObjOutage, ObjTier, objstore_unavailable, recovery_keys
 from bench.common import Row
+from bench.reliability.chaos_s3 import LOOKUP_TIMEOUT_S, ObjOutage, ObjTier, objstore_unavailable, recovery_keys
 from kvprobe.backends import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext, ThreadedWorker

@@ -1,6 +1,6 @@
 """The RGW fleet's report: figures from each seed's raw outcome, and the tables the docs quote.
 
-:mod:`bench.fleet_rgw` runs the fleet (the store, the capped proxy, the
+:mod:`bench.fleet.rgw` runs the fleet (the store, the capped proxy, the
 engine processes) and hands each seed's raw outcome here:
 :func:`seed_figures` turns it into figures (found, HEADs per request against
 the ideal, throttled, decided, wrong, exits, stderr, pace), :func:`targets`
@@ -16,12 +16,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bench.fleet_rgw_engine import CHAIN
+from bench.fleet.rgw_engine import CHAIN
 from kvprobe.statemachine.inferred import EXACT
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH, window_end
 
-if TYPE_CHECKING:  # only for the annotation: bench.fleet_rgw imports this module
-    from bench.fleet_rgw import Setup
+if TYPE_CHECKING:  # only for the annotation: bench.fleet.rgw imports this module
+    from bench.fleet.rgw import Setup
 
 __all__ = [
     "COMPARED", "LATE_SLACK_S", "SEED_COLUMNS", "STDERR_QUIET", "TARGETS", "comparison", "markdown",

@@ -3,24 +3,24 @@
 A serving engine's scheduler asks, each step and for each waiting request,
 "how many leading blocks of this prompt are in the tier?".  Three walks
 answer it, each on its own manager over equal tiers
-(:mod:`bench.chain_walks`): ``lookup_chain``, kvprobe's ``lookup`` in the
+(:mod:`bench.chains.walks`): ``lookup_chain``, kvprobe's ``lookup`` in the
 loop an engine would write (stopping after the first False), and the same
 loop over the unverified baseline.  The benchmark has three parts, one
 module each (their docstrings say what each measures and how):
 
-* **Cost** (``--part cost``, :mod:`bench.chain_cost`): the scheduler's CPU
+* **Cost** (``--part cost``, :mod:`bench.chains.cost`): the scheduler's CPU
   time per key looked up, the walks in lockstep on one plan, then by phase;
-* **Saving** (``--part saving``, :mod:`bench.chain_saving`): keys probed and
+* **Saving** (``--part saving``, :mod:`bench.chains.saving`): keys probed and
   backend calls per step when most chains miss early, against ``lookup``
   of every key (counts, the same on every machine);
-* **Windows** (``--part windows``, :mod:`bench.chain_windows`): per window
+* **Windows** (``--part windows``, :mod:`bench.chains.windows`): per window
   schedule, the steps a request waits against the backend keys it costs
   (counts).
 
 This module is the command line and the suite's rows (``bench.run_all``);
 the parts' names are importable from here as well.
 
-Run: ``python -m bench.chains [--quick] [--part cost|saving|windows] [--steps N] [--repeats N] [--capacity KEYS]``.
+Run: ``python -m bench.chains.run [--quick] [--part cost|saving|windows] [--steps N] [--repeats N] [--capacity KEYS]``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import statistics
 import sys
 from collections.abc import Sequence
 
-from bench.chain_cost import PHASES, ChainTally, ChainWorkload, cost_report, measure_chains, measure_phases
-from bench.chain_saving import Outcome, SavingScenario, run_saving, saving_report
-from bench.chain_walks import CONTENDERS, ENGINES, SetTier, chain_walk
-from bench.chain_windows import (
+from bench.chains.cost import PHASES, ChainTally, ChainWorkload, cost_report, measure_chains, measure_phases
+from bench.chains.saving import Outcome, SavingScenario, run_saving, saving_report
+from bench.chains.walks import CONTENDERS, ENGINES, SetTier, chain_walk
+from bench.chains.windows import (
     CHAIN_LENGTHS,
     MIXES,
     SCHEDULES,

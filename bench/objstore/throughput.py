@@ -14,7 +14,7 @@
   the machine's cores, so on a small machine the CPU bounds these figures.
 
 Backends are called directly (no manager): this is the tier's speed.
-Run: ``python -m bench.throughput [--quick]``.
+Run: ``python -m bench.objstore.throughput [--quick]``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The power of ``kvprobe conform``: how often and how fast it fails each lying tier.
 
-``python -m bench.conform_power`` runs the default ``kvprobe conform`` (manual
+``python -m bench.checks.conform_power`` runs the default ``kvprobe conform`` (manual
 worker, 100 examples of up to 50 steps, 1 s call timeout) on every broken
 tier of ``tests/conform/lying_tiers.py`` from seeds 0..N-1 (``--seeds``,
 default 100), and on the honest in-memory tier from fewer seeds
@@ -27,7 +27,7 @@ from kvprobe.testing.stateful import memory_factory, run_conformance
 
 __all__ = ["main", "power"]
 
-_TIERS_DIR = Path(__file__).resolve().parent.parent / "tests" / "conform"
+_TIERS_DIR = Path(__file__).resolve().parents[2] / "tests" / "conform"
 
 
 def power(factory: Callable[[], object], seeds: int, progress: Progress, label: str) -> dict[str, float]:

@@ -33,13 +33,13 @@ The same measurement answers two more questions:
   the scheduler anything?  The figure compared is each run's own ratio (the
   baseline in the same process takes the machine's speed of the moment out).
 
-Whole-request walks (``lookup_chain``) are priced by :mod:`bench.chains`.
+Whole-request walks (``lookup_chain``) are priced by :mod:`bench.chains.run`.
 
 Run::
 
-    python -m bench.hotpath [--quick] [--repeats N] [--steps N] [--delay N]
-    python -m bench.hotpath --metered
-    python -m bench.hotpath --commits 810d55c^ 810d55c HEAD --bench-rev 810d55c^ --rounds 5
+    python -m bench.hotpath.cost [--quick] [--repeats N] [--steps N] [--delay N]
+    python -m bench.hotpath.cost --metered
+    python -m bench.hotpath.cost --commits 810d55c^ 810d55c HEAD --bench-rev 810d55c^ --rounds 5
 
 Raises (exits non-zero): with ``--commits``, a revision git cannot archive,
 or a run that fails or prints no ratio.
@@ -153,8 +153,8 @@ def verified_vs_baseline() -> tuple[list[Impl], Callable[[], None]]:
 
 
 def verified_vs_vllm() -> tuple[list[Impl], Callable[[], None]]:
-    """kvprobe's manager against vLLM's released one (needs vLLM installed; see bench.vllm_peer)."""
-    from bench.vllm_peer import vllm_impl
+    """kvprobe's manager against vLLM's released one (needs vLLM installed; see bench.hotpath.vllm_peer)."""
+    from bench.hotpath.vllm_peer import vllm_impl
 
     return [verified_impl(), vllm_impl()], lambda: None
 
@@ -309,7 +309,10 @@ def metered_rows(quick: bool) -> list[Row]:
 _PROBE = """
 import json, statistics
 from bench.common import Workload
-from bench.hotpath import LOOKUP_CLASSES, measure
+try:  # bench/ as organised by question; a --bench-rev from before has it flat
+    from bench.hotpath.cost import LOOKUP_CLASSES, measure
+except ImportError:
+    from bench.hotpath import LOOKUP_CLASSES, measure
 res = measure(Workload(steps={steps}), {repeats}, 1)
 pairs = list(zip(res["verified"], res["baseline"]))
 lookups = ("drain", *LOOKUP_CLASSES)
@@ -355,7 +358,7 @@ def _commits_main(args: argparse.Namespace) -> None:
     probe = _PROBE.format(steps=steps, repeats=repeats)
     results = interleaved(args.commits, bench_rev, args.rounds, probe, _both_ratios)
     print(
-        f"bench.hotpath's measure (bench/ of {bench_rev}) on each commit: {args.rounds} interleaved rounds, "
+        f"bench.hotpath.cost's measure (bench/ of {bench_rev}) on each commit: {args.rounds} interleaved rounds, "
         f"{steps} steps x {repeats} repeats each; medians over rounds of each run's median v/b\n"
     )
     print(commits_report(results))

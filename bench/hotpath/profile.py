@@ -3,14 +3,14 @@
 Two views, both printed as Markdown:
 
 1. Share of scheduler-thread CPU time per operation in the hot-path workload
-   (from :mod:`bench.hotpath`'s tallies, verified and baseline side by side).
+   (from :mod:`bench.hotpath.cost`'s tallies, verified and baseline side by side).
 2. The cost of each step of ``LookupCore.lookup`` on the two hot paths
    (a resolved key the request already waits on; a new key), timed with
    ``timeit`` on statements that do one step each, against the whole call.
    The steps overlap a little (each statement pays its own loop), so read
    them as proportions, not an exact sum.
 
-Run: ``python -m bench.profile``.
+Run: ``python -m bench.hotpath.profile``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import timeit
 from collections.abc import Sequence
 
 from bench.common import Workload
-from bench.hotpath import CLASSES, measure
+from bench.hotpath.cost import CLASSES, measure
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 from kvprobe.statemachine.core import ProbeState, WaitingRequest
 

@@ -1,4 +1,4 @@
-"""``python -m bench.pace_cost``: what a call on a store's pace costs, a process's pace beside a host's.
+"""``python -m bench.objstore.pace_cost``: what a call on a store's pace costs, a process's pace beside a host's.
 
 The object backend calls its pace twice per NIXL query of up to 16 HEADs
 (the reservation, then the outcome).  A process's pace
@@ -55,7 +55,7 @@ def measure(rounds: int = 5, calls: int = 20_000) -> dict[str, list[float]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.pace_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.objstore.pace_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20_000, help="calls per pace per round")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The walks :mod:`bench.chains` compares, and the tier they walk.
+"""The walks :mod:`bench.chains.run` compares, and the tier they walk.
 
 A serving engine's scheduler asks, each step and for each waiting request,
 "how many leading blocks of this prompt are in the tier?".  The walks that
@@ -12,8 +12,8 @@ answer it, each returning the same :data:`Answer`:
 * :func:`walk_every`: ``lookup`` of every key, the answer computed
   afterwards (what an engine written against single lookups does).
 
-Every part of the benchmark (:mod:`bench.chain_cost`,
-:mod:`bench.chain_saving`, :mod:`bench.chain_windows`) walks with these, so
+Every part of the benchmark (:mod:`bench.chains.cost`,
+:mod:`bench.chains.saving`, :mod:`bench.chains.windows`) walks with these, so
 they are stated once, here.
 """
 

@@ -17,7 +17,7 @@ results only at the first lookup after a flush, so a result that lands during
 a step's lookups waits for the next step; the verified manager applies
 results at any lookup.
 
-Run: ``python -m bench.latency [--quick]``.
+Run: ``python -m bench.hotpath.latency [--quick]``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.baseline import BaselineManager
 from bench.common import Row
+from bench.hotpath.baseline import BaselineManager
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
 __all__ = ["main", "measure", "rows"]

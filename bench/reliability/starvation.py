@@ -52,8 +52,8 @@ less) and the ratio over the control's of the same round.
 
 Run::
 
-    python -m bench.starvation [--quick] [--rounds N] [--all]
-    python -m bench.starvation --commits bd017b2^ HEAD --runs 5 --rounds 3
+    python -m bench.reliability.starvation [--quick] [--rounds N] [--all]
+    python -m bench.reliability.starvation --commits bd017b2^ HEAD --runs 5 --rounds 3
 
 Raises (exits non-zero): ``ValueError`` for an unknown backend name; with
 ``--commits``, a revision git cannot archive or a run that prints no figures.
@@ -348,12 +348,15 @@ KINDS = ("busy/idle", "ms lost", "vs control")
 #: The backends --commits measures: the helper-process and worker-thread paths, and the control.
 COMMIT_NAMES = ("ProcessBackend(NixlPosixBackend)", "NixlPosixBackend", "ProcessBackend(FsBackend)", CONTROL)
 
-# Run in each checkout: that checkout's measure; per round, each backend's
+# Run in each checkout: that checkout's measure (wherever its bench/ keeps it); per round, each backend's
 # busy/idle ratio, the scheduler time it lost, and the ratio over the control's.
 _PROBE = """
 import json, logging
 logging.disable(logging.INFO)
-from bench.starvation import measure
+try:  # bench/ as organised by question; a --bench-rev from before has it flat
+    from bench.reliability.starvation import measure
+except ImportError:
+    from bench.starvation import measure
 res = measure({keys}, {groups}, {rounds}, names={names!r})
 ratio = {{name: [busy / idle for idle, busy, _ in rows] for name, rows in res.items()}}
 control = ratio[{control!r}]
@@ -404,7 +407,7 @@ def _commits_main(args: argparse.Namespace, n_keys: int, groups: int) -> None:
     probe = _PROBE.format(keys=n_keys, groups=groups, rounds=rounds, names=COMMIT_NAMES, control=CONTROL)
     runs = interleaved(args.commits, args.bench_rev, args.runs, probe, lambda out: parse_figures(out) or None)
     print(
-        f"bench.starvation's measure (bench/ of {args.bench_rev}) on each commit: {n_keys:,} files in "
+        f"bench.reliability.starvation's measure (bench/ of {args.bench_rev}) on each commit: {n_keys:,} files in "
         f"{groups} groups per busy window, {args.runs} interleaved processes x {rounds} rounds each; "
         "median (min-max) over every round\n"
     )

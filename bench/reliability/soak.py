@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python -m bench.soak                                   # full: 1M lookups, 100k requests, FsBackend
-    python -m bench.soak --lookups 100000 --requests 10000 # the short CI version
+    python -m bench.reliability.soak                                   # full: 1M lookups, 100k requests, FsBackend
+    python -m bench.reliability.soak --lookups 100000 --requests 10000 # the short CI version
 
 A scheduler-shaped loop drives one :class:`AsyncLookupManager` over a real
 :class:`FsBackend` on a temporary directory (``--backend memory`` for the
@@ -474,7 +474,7 @@ def _run_args(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.reliability.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lookups", type=int, default=1_000_000, help="(request, key) lookups, at least")
     parser.add_argument("--requests", type=int, default=100_000, help="requests, at least")
     parser.add_argument("--backend", choices=["fs", "memory"], default="fs")
@@ -516,7 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         step_sleep_s=args.step_sleep_ms / 1000,
         root=args.root,
     )
-    command = "python -m bench.soak" + "".join(f" {a}" for a in _run_args(argv if argv is not None else sys.argv[1:]))
+    command = "python -m bench.reliability.soak" + "".join(
+        f" {a}" for a in _run_args(argv if argv is not None else sys.argv[1:])
+    )
     print(summary(result, command))
     print()
     print(series_table(result))

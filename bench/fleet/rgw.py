@@ -11,7 +11,7 @@ stopped by its pid):
   rate cap (a token bucket shared by every connection, ``503 SlowDown``
   without body beyond it): a prefix's request limit, as S3 and RGW's own
   rate limits enforce it.  The proxy counts the HEADs the fleet sent;
-* ``--engines`` engine processes (:mod:`bench.fleet_rgw_engine`), each an
+* ``--engines`` engine processes (:mod:`bench.fleet.rgw_engine`), each an
   ``AsyncLookupManager`` over a ``NixlObjBackend`` on the proxy with the
   library's defaults (``lookup_chain`` in the object tier's windows, 4
   growing by 1.25; pacing on, one pace for the host's engines) and
@@ -34,8 +34,8 @@ checked against the stored prefixes like the exact mode's; its HEADs are the
 ones the proxy saw, and its probes the backends' ``keys`` counter, not the
 keys it answered stored by inference).
 
-The figures and the tables are :mod:`bench.fleet_rgw_report`'s.
-``python -m bench.fleet_rgw`` prints the tables and writes
+The figures and the tables are :mod:`bench.fleet.rgw_report`'s.
+``python -m bench.fleet.rgw`` prints the tables and writes
 ``bench/results/fleet_rgw.json`` (untracked); ``--update-docs`` writes
 ``docs/data/fleet_rgw.json`` and the tables ``docs/performance.md`` quotes from it.
 """
@@ -62,8 +62,8 @@ from typing import Any
 
 from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import DATA_DIR, dumps, render
-from bench.fleet_rgw_engine import CHAIN, prompt_keys
-from bench.fleet_rgw_report import comparison, markdown, mode_tables, schedule_label, seed_figures
+from bench.fleet.rgw_engine import CHAIN, prompt_keys
+from bench.fleet.rgw_report import comparison, markdown, mode_tables, schedule_label, seed_figures
 from kvprobe.backends._host_pace import PACE_SCOPES
 from kvprobe.backends.nixl_obj import NixlObjBackend
 from kvprobe.statemachine.inferred import CHAIN_MODES, EXACT
@@ -79,6 +79,8 @@ __all__ = ["Setup", "engine_plans", "fill_store", "main", "measure", "run_seed",
 BUCKET = "fleet"
 DOC = DOCS_DIR / "performance.md"
 DOCS_JSON = DATA_DIR / "fleet_rgw.json"
+#: Where the engine processes run (``python -m bench.fleet.rgw_engine`` must import from there).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The control run's cap: far above what the fleet can send here.
 UNCAPPED = 1e6
 
@@ -197,9 +199,9 @@ def _spawn(plan: dict[str, Any], workdir: str) -> _Engine:
     err = os.path.join(workdir, f"engine-{plan['engine']}.stderr")
     with open(err, "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.fleet_rgw_engine", path],
+            [sys.executable, "-m", "bench.fleet.rgw_engine", path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-            cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
+            cwd=REPO_ROOT, start_new_session=True,
             env=os.environ | {"KVPROBE_PACE_DIR": workdir},  # a host pace's file goes with the seed's engines
         )  # fmt: skip
     engine = _Engine(proc, err)
@@ -437,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     why = rgw_missing() or nixl_unavailable()
     if why is not None:
-        print(f"bench.fleet_rgw cannot run here: {why}", file=sys.stderr)
+        print(f"bench.fleet.rgw cannot run here: {why}", file=sys.stderr)
         return 2
     logging.disable(logging.INFO)
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -450,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_schedule = {schedule_label(*own): by_mode.get(EXACT, [])}
     by_schedule |= {schedule_label(*s): [f for f in figures if f["schedule"] == [*s]] for s in schedules}
     wall, load = time.monotonic() - clock, load_average()
-    cmd = " ".join(["python -m bench.fleet_rgw", *(argv if argv is not None else sys.argv[1:])])
+    cmd = " ".join(["python -m bench.fleet.rgw", *(argv if argv is not None else sys.argv[1:])])
     cmd = cmd.replace(" --update-docs", "")
     where = {
         **machine(),
@@ -462,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": where,
         "command": cmd,
         "note": f"seeds {', '.join(map(str, args.seeds))}, chain modes {', '.join(modes)}, {wall:.0f} s",
-        "source": "written by python -m bench.fleet_rgw --update-docs",
+        "source": "written by python -m bench.fleet.rgw --update-docs",
         "setup": setup.__dict__,
         "chain_modes": modes,
         "tables": mode_tables(by_mode, controls) | ({"schedules": comparison(by_schedule)} if schedules else {}),

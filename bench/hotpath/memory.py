@@ -8,11 +8,11 @@ are allocated before the snapshot, since the engine owns them anyway):
 * per waiting request: a second request joins all N keys (one more
   request id in each state's waiters and one more reverse-index entry), and
   R requests of one key each (the per-request overhead);
-* churn: the scheduler-shaped workload of :mod:`bench.hotpath` for many
+* churn: the scheduler-shaped workload of :mod:`bench.hotpath.cost` for many
   steps; at every step ``len(m)`` is compared with the number of distinct
   keys that live requests wait on, and traced memory is sampled.
 
-Run: ``python -m bench.memory [--quick]``.
+Run: ``python -m bench.hotpath.memory [--quick]``.
 """
 
 from __future__ import annotations
