@@ -89,6 +89,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kvprobe.backends._timeouts import as_float
+
 __all__ = ["PaceCore", "PaceStats", "Pacer", "get_or_create", "parse_retry_after", "shared_pacer"]
 
 K = TypeVar("K")
@@ -426,7 +428,8 @@ class PaceCore:
 
 def check_positive(name: str, value: float) -> None:
     """Raise ValueError naming ``name`` unless ``value`` is a positive finite number (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    # An int too large for a float is not finite as the float it is used as.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < as_float(value) < math.inf:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
