@@ -82,6 +82,7 @@ import contextlib
 import dataclasses
 import email.utils
 import math
+import sys
 import threading
 import time
 import weakref
@@ -436,19 +437,24 @@ def check_positive(name: str, value: float) -> None:
 def parse_retry_after(value: str | None, now_epoch_s: float | None = None) -> float | None:
     """Seconds to wait from an HTTP ``Retry-After`` value (delta-seconds or an HTTP date).
 
-    None when the value is absent or malformed (never raises).
+    None when the value is absent or malformed; otherwise a finite number of
+    seconds, 0 or more (a delta too large for a float is the largest float:
+    the pace caps every hold anyway).  Never raises: the value is whatever a
+    server sent.
     """
     if not value:
         return None
     text = value.strip()
-    if text.isdigit():
-        return float(text)
+    # HTTP's digits only: str.isdigit alone takes superscripts and Arabic-Indic digits.
+    if text.isascii() and text.isdigit():
+        return min(float(text), sys.float_info.max)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+        now = time.time() if now_epoch_s is None else now_epoch_s
+        # A zone may carry a date past datetime's range: timestamp() then overflows.
+        return max(0.0, when.timestamp() - now)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    now = time.time() if now_epoch_s is None else now_epoch_s
-    return max(0.0, when.timestamp() - now)
 
 
 class Pacer:
