@@ -82,6 +82,7 @@ import contextlib
 import dataclasses
 import email.utils
 import math
+import os
 import sys
 import threading
 import time
@@ -469,6 +470,20 @@ class Pacer:
     def __init__(self, core: PaceCore | None = None) -> None:
         self._lock = threading.Lock()
         self._core = core if core is not None else PaceCore(time.monotonic())
+        self.fork_resets = 0  # forks that left a call of another thread half done: the pace started afresh
+        _LIVE.add(self)
+
+    def _after_fork_in_child(self, was_held: bool) -> None:
+        """In a forked child: a new lock, and a fresh pace if a thread of the parent was changing it.
+
+        Only the forking thread goes on in the child: a lock another thread
+        held would never be released there, and that thread's change of the
+        pace may be half done.
+        """
+        self._lock = threading.Lock()
+        if was_held:
+            self._core = PaceCore(time.monotonic())
+            self.fork_resets += 1
 
     @contextlib.contextmanager
     def _held(self, *, changes: bool = True) -> Iterator[PaceCore]:
@@ -512,6 +527,17 @@ class Pacer:
 
 _SHARED: weakref.WeakValueDictionary[tuple[str, str, str], Pacer] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
+_LIVE: weakref.WeakSet[Pacer] = weakref.WeakSet()  # every pacer of the process, for a forked child
+
+
+def _after_fork_in_child() -> None:
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+    for pacer in list(_LIVE):
+        pacer._after_fork_in_child(pacer._lock.locked())
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shared_pacer(endpoint: str, bucket: str, prefix: str) -> Pacer:

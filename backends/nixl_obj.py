@@ -396,6 +396,9 @@ class NixlObjBackend:
         ``decreases`` of the rate, of which ``undone`` (they did not help),
         ``holds`` (Retry-After honoured) and ``refused`` reservations (keys
         shed).  Shared by every backend of the process on the same store.
+        A host pace adds ``host_fallbacks`` (calls this process paced alone:
+        its file could not be used, written or locked in time) and
+        ``host_bad_files`` (files that were not a pace, replaced).
         """
         return self.pacer.snapshot()
 
