@@ -116,11 +116,17 @@ def shed_margin(usual_s: float, deadline_s: float) -> float:
 
 
 class RunResult(NamedTuple):
-    """A call's verdicts, how many names the store answered, and how many were shed (MISS at once)."""
+    """A call's verdicts, how many names the store answered, how many were shed (MISS at once), and which were not.
+
+    ``unanswered``: the indices of the names whose ``False`` is no answer of
+    the store (shed, failing or unanswered at the deadline), as opposed to
+    "not stored".
+    """
 
     verdicts: list[bool]
     answered: int
     shed: int
+    unanswered: frozenset[int]
 
 
 @dataclass
@@ -216,7 +222,8 @@ class ChunkedLookup:
         # The deadline (or every key answered or shed): stop what has not started.
         verdicts, answered, counts = call.end()
         self.counters.add(**counts)
-        return RunResult(verdicts, answered, counts["shed"])
+        unanswered = frozenset(i for i, verdict in enumerate(plan.verdicts) if verdict is None)
+        return RunResult(verdicts, answered, counts["shed"], unanswered)
 
     def _drive(self, call: _Call) -> None:
         """Submit, wait and record until the deadline, or until every key is answered or shed."""

@@ -78,7 +78,7 @@ def test_a_retry_after_reader_that_raises_loses_no_answer_and_leaves_nothing_que
         retry_after=raising_reader,
     )
     try:
-        verdicts, answered, shed = engine.run(names, deadline_s=5.0)
+        verdicts, answered, shed, _ = engine.run(names, deadline_s=5.0)
         assert reads, "the failure's Retry-After was never read: the test did not reach the defect"
         assert (verdicts, answered, shed) == ([i % 2 == 0 for i in range(64)], 64, 0)
         queried = sum(store.sizes)

@@ -1,0 +1,128 @@
+"""The check that the endpoint is S3 is never skipped by a throttled start-up (issue 39 part 3).
+
+A server that is not S3 (or not a store at all) and answers 200 to every
+object HEAD would make every block read as stored.  The connection check
+catches it by a random name's HEAD; a start-up throttled by such a server
+(or by a real store a fleet saturates) must not skip that check: it is
+completed at start-up when it can be, and otherwise before any verdict is
+returned.  The endpoint here is a small HTTP server on loopback that plays
+each part; NIXL and boto3 are real.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+from integ_harness import requires_nixl
+
+from kvprobe.backends.nixl_obj import ObjStoreUnavailableError
+
+pytestmark = requires_nixl
+
+SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+class _Endpoint(http.server.BaseHTTPRequestHandler):
+    """``mode``: ``throttle`` (503 SlowDown to everything), ``all-stored`` (200 to every HEAD but the bucket's),
+    ``s3`` (404 for every object but ``stored``); the bucket's HEAD is throttled while ``throttle_bucket``."""
+
+    protocol_version = "HTTP/1.1"
+    mode: ClassVar[str] = "throttle"
+    throttle_bucket: ClassVar[bool] = True
+    stored: ClassVar[set[str]] = set()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes = b"") -> None:
+        self.send_response(status)
+        self.send_header("x-amz-request-id", "tx0001")
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _is_bucket(self) -> bool:
+        return self.path.split("?")[0].strip("/").count("/") == 0
+
+    def do_HEAD(self) -> None:
+        if self.mode == "throttle" or (self._is_bucket() and self.throttle_bucket):
+            self._send(503)
+        elif self._is_bucket() or self.mode == "all-stored":
+            self._send(200)
+        else:
+            self._send(200 if self.path.split("?")[0].rsplit("/", 1)[-1] in self.stored else 404)
+
+    def do_GET(self) -> None:  # a listing: S3's throttling says so in its body
+        self._send(503, SLOWDOWN)
+
+
+@pytest.fixture
+def endpoint() -> Iterator[type[_Endpoint]]:
+    handler = type("Handler", (_Endpoint,), {"stored": set()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+def _backend(endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+
+    monkeypatch.setenv("KVPROBE_PACE_DIR", str(tmp_path))
+    options = {"access_key": "ab", "secret_key": "cd", "deadline_s": 1.0, "connect_timeout_s": 1.0} | kw
+    return NixlObjBackend("kvblocks", endpoint_url=endpoint.url, **options)
+
+
+def test_a_server_that_throttles_the_bucket_check_then_answers_200_is_refused(
+    endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint.mode = "all-stored"  # the bucket's HEAD and the listing throttled, every object HEAD 200
+    with pytest.raises(ObjStoreUnavailableError, match="reads as stored"):
+        _backend(endpoint, tmp_path, monkeypatch).close()
+
+
+def test_a_start_up_throttled_throughout_is_verified_before_any_verdict(
+    endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Accepted while everything is throttled; once answers come, a never-written name reading stored refuses them."""
+    endpoint.mode = "throttle"
+    backend = _backend(endpoint, tmp_path, monkeypatch)
+    try:
+        endpoint.mode, endpoint.throttle_bucket = "all-stored", False
+        keys = [b"never-written-%d" % i for i in range(4)]
+        for _ in range(2):  # and every later call: no verdict from this endpoint is ever trusted
+            with pytest.raises(ObjStoreUnavailableError, match="reads as stored"):
+                backend.batch_lookup(keys, None)
+    finally:
+        backend.close()
+
+
+def test_a_start_up_throttled_throughout_serves_a_real_store_once_verified(
+    endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvprobe.backends.layout import relative_name
+
+    endpoint.mode = "throttle"
+    backend = _backend(endpoint, tmp_path, monkeypatch)
+    try:
+        stored, absent = b"stored-key", b"absent-key"
+        endpoint.stored.add(relative_name(stored).rsplit("/", 1)[-1])
+        with pytest.raises(ObjStoreUnavailableError, match="not yet verified"):
+            backend.batch_lookup([stored, absent], None)  # still throttled: nothing trusted, nothing remembered
+        endpoint.mode, endpoint.throttle_bucket = "s3", False
+        assert backend.batch_lookup([stored, absent], None) == [True, False]
+        assert backend.batch_lookup([stored, absent], None) == [True, False]  # verified once, for good
+    finally:
+        backend.close()
