@@ -123,7 +123,7 @@ from kvprobe.backends._obj_check import (
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
 from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
 from kvprobe.backends._pacing import Pacer, shared_pacer
-from kvprobe.backends.base import Key
+from kvprobe.backends.base import Key, Verdicts
 from kvprobe.backends.layout import relative_name
 
 __all__ = [
@@ -363,7 +363,9 @@ class NixlObjBackend:
         """One verdict per key, within ``deadline_s`` (chunked parallel HEADs, failed chunks retried).
 
         A key whose HEADs kept failing, or were still running, at the
-        deadline reads as ``False`` (counted in :attr:`stats`).
+        deadline reads as ``False`` (counted in :attr:`stats`); such keys
+        are marked in the :class:`~kvprobe.backends.base.Verdicts` returned
+        (with the shed ones, below), so a verdict cache never remembers them.
 
         Keys whose HEADs the store's pace could not start before the deadline
         are answered ``False`` at once (``shed`` in :attr:`stats`); a call
@@ -385,17 +387,17 @@ class NixlObjBackend:
         if self._refused is not None:
             raise ObjStoreUnavailableError(self._refused)
         if self._verified:
-            verdicts, answered, shed, _ = self._engine.run(names, self.deadline_s)
+            verdicts, answered, shed, unanswered = self._engine.run(names, self.deadline_s)
         else:
-            verdicts, answered, shed = self._verified_run(names)
+            verdicts, answered, shed, unanswered = self._verified_run(names)
         if answered == 0 and shed < len(names):
             raise ObjStoreUnavailableError(
                 f"{self._where()}: none of {len(names)} keys answered within {self.deadline_s} s "
                 f"(counters so far: {self._engine.counters.snapshot()})"
             )
-        return verdicts
+        return Verdicts(verdicts, unanswered=unanswered) if unanswered else verdicts
 
-    def _verified_run(self, names: list[str]) -> tuple[list[bool], int, int]:
+    def _verified_run(self, names: list[str]) -> tuple[list[bool], int, int, frozenset[int]]:
         """The call, with one more name never written, whose answer must be "absent" for any verdict to stand.
 
         Raises:
@@ -417,7 +419,7 @@ class NixlObjBackend:
             )
             raise ObjStoreUnavailableError(self._refused)
         self._verified = True
-        return verdicts[:-1], answered - 1, shed
+        return verdicts[:-1], answered - 1, shed, unanswered
 
     @property
     def stats(self) -> dict[str, int]:

@@ -14,60 +14,20 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from integ_harness import requires_nixl
+from obj_fakes import FakeEndpoint
 
 from kvprobe.backends.nixl_obj import ObjStoreUnavailableError
 
 pytestmark = requires_nixl
 
-SLOWDOWN = (
-    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-    b"<Message>Please reduce your request rate.</Message></Error>"
-)
-
-
-class _Endpoint(http.server.BaseHTTPRequestHandler):
-    """``mode``: ``throttle`` (503 SlowDown to everything), ``all-stored`` (200 to every HEAD but the bucket's),
-    ``s3`` (404 for every object but ``stored``); the bucket's HEAD is throttled while ``throttle_bucket``."""
-
-    protocol_version = "HTTP/1.1"
-    mode: ClassVar[str] = "throttle"
-    throttle_bucket: ClassVar[bool] = True
-    stored: ClassVar[set[str]] = set()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _send(self, status: int, body: bytes = b"") -> None:
-        self.send_response(status)
-        self.send_header("x-amz-request-id", "tx0001")
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body and self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _is_bucket(self) -> bool:
-        return self.path.split("?")[0].strip("/").count("/") == 0
-
-    def do_HEAD(self) -> None:
-        if self.mode == "throttle" or (self._is_bucket() and self.throttle_bucket):
-            self._send(503)
-        elif self._is_bucket() or self.mode == "all-stored":
-            self._send(200)
-        else:
-            self._send(200 if self.path.split("?")[0].rsplit("/", 1)[-1] in self.stored else 404)
-
-    def do_GET(self) -> None:  # a listing: S3's throttling says so in its body
-        self._send(503, SLOWDOWN)
-
 
 @pytest.fixture
-def endpoint() -> Iterator[type[_Endpoint]]:
-    handler = type("Handler", (_Endpoint,), {"stored": set()})
+def endpoint() -> Iterator[type[FakeEndpoint]]:
+    handler = type("Handler", (FakeEndpoint,), {"stored": set(), "failing": set(), "heads": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
