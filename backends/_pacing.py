@@ -87,13 +87,14 @@ import sys
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kvprobe.backends._timeouts import as_float
 
-__all__ = ["PaceCore", "PaceStats", "Pacer", "get_or_create", "parse_retry_after", "shared_pacer"]
+__all__ = ["TRACE_LEN", "PaceCore", "PaceStats", "Pacer", "get_or_create", "parse_retry_after", "shared_pacer"]
 
 K = TypeVar("K")
 P = TypeVar("P", bound="Pacer")
@@ -458,10 +459,15 @@ def parse_retry_after(value: str | None, now_epoch_s: float | None = None) -> fl
         return None
 
 
+#: How many of its latest decisions a :class:`Pacer` keeps (:meth:`Pacer.trace`).
+TRACE_LEN = 64
+
+
 class Pacer:
     """A :class:`PaceCore` behind a lock, on ``time.monotonic``: safe to share between threads.
 
-    Reservations are absolute ``time.monotonic()`` values.
+    Reservations are absolute ``time.monotonic()`` values.  The pacer keeps
+    the last ``TRACE_LEN`` decisions its calls made (:meth:`trace`).
 
     Args:
         core: the policy, created at ``time.monotonic()`` (default: :class:`PaceCore`'s defaults).
@@ -471,6 +477,7 @@ class Pacer:
         self._lock = threading.Lock()
         self._core = core if core is not None else PaceCore(time.monotonic())
         self.fork_resets = 0  # forks that left a call of another thread half done: the pace started afresh
+        self._trace: deque[dict[str, float | str | None]] = deque(maxlen=TRACE_LEN)
         _LIVE.add(self)
 
     def _after_fork_in_child(self, was_held: bool) -> None:
@@ -504,25 +511,72 @@ class Pacer:
     def answered(self, sent_at: float, heads: int) -> None:
         """A query sent at ``sent_at`` answered."""
         with self._held() as core:
-            core.answered(time.monotonic(), sent_at, heads)
+            now = time.monotonic()
+            before = _decisions(core, now)
+            core.answered(now, sent_at, heads)
+            self._note(core, before, now)
 
     def failed(self, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
         """A query sent at ``sent_at`` failed (not by a timeout)."""
         with self._held() as core:
-            core.failed(time.monotonic(), sent_at, heads, retry_after_s)
+            now = time.monotonic()
+            before = _decisions(core, now)
+            core.failed(now, sent_at, heads, retry_after_s)
+            self._note(core, before, now)
+
+    def _note(self, core: PaceCore, before: tuple[int, int, int, float | None], now: float) -> None:
+        """Trace what the call just made of the pace: read from its counters, as they moved."""
+        decreases, undone, holds, rate_before = before
+        stats = core.stats
+        for decision, moved in (
+            ("decrease", stats.decreases - decreases),
+            ("undone", stats.undone - undone),
+            ("hold", stats.holds - holds),
+        ):
+            if moved > 0:
+                event: dict[str, float | str | None] = {
+                    "at": now,
+                    "decision": decision,
+                    "rate_before": rate_before,
+                    "rate_after": core.rate(now),
+                }
+                if decision == "hold":
+                    event["hold_s"] = core.hold_until - now
+                self._trace.append(event)
+
+    def trace(self) -> list[dict[str, float | str | None]]:
+        """The latest decisions of this process's calls on the pace, oldest first (at most ``TRACE_LEN``).
+
+        Each is ``{"at": time.monotonic(), "decision": "decrease" | "undone" |
+        "hold", "rate_before", "rate_after"}`` (HEAD/s, None while unpaced),
+        and for a hold (``Retry-After``) ``hold_s``, how long it holds.
+        """
+        with self._lock:
+            return list(self._trace)
 
     def snapshot(self) -> dict[str, float | int | None]:
-        """``rate`` (HEAD/s, None while unpaced), ``w_max``, and the :class:`PaceStats` counters."""
+        """``rate`` (HEAD/s, None while unpaced), ``w_max``, ``measured`` and the :class:`PaceStats` counters.
+
+        ``measured``: the HEADs per second whose outcome (answered or failed)
+        came back, smoothed over the windows judged.
+        """
         with self._held(changes=False) as core:
             stats = core.stats
             return {
                 "rate": core.rate(time.monotonic()),
                 "w_max": core.w_max if core.paced else None,
+                "measured": core.measured,
                 "decreases": stats.decreases,
                 "undone": stats.undone,
                 "holds": stats.holds,
                 "refused": stats.refused,
             }
+
+
+def _decisions(core: PaceCore, now: float) -> tuple[int, int, int, float | None]:
+    """The counters of the pace's decisions, and its rate, before a call (:meth:`Pacer._note`)."""
+    stats = core.stats
+    return stats.decreases, stats.undone, stats.holds, core.rate(now)
 
 
 _SHARED: weakref.WeakValueDictionary[tuple[str, str, str], Pacer] = weakref.WeakValueDictionary()

@@ -443,7 +443,9 @@ class NixlObjBackend:
     def pacing(self) -> dict[str, float | int | None]:
         """The shared pace of this store: ``rate`` (HEAD/s; None while unpaced) and its counters.
 
-        ``decreases`` of the rate, of which ``undone`` (they did not help),
+        ``w_max`` (the rate of the last decrease), ``measured`` (HEADs per
+        second whose outcome came back, smoothed), ``decreases`` of the
+        rate, of which ``undone`` (they did not help),
         ``holds`` (Retry-After honoured) and ``refused`` reservations (keys
         shed).  Shared by every backend of the process on the same store.
         A host pace adds ``host_fallbacks`` (calls this process paced alone:
@@ -451,6 +453,16 @@ class NixlObjBackend:
         ``host_bad_files`` (files that were not a pace, replaced).
         """
         return self.pacer.snapshot()
+
+    @property
+    def pace_trace(self) -> list[dict[str, float | str | None]]:
+        """The pace's latest decisions made by this process's calls, oldest first (see ``Pacer.trace``).
+
+        Each: ``at`` (``time.monotonic()``), ``decision`` (``decrease``,
+        ``undone`` or ``hold``), ``rate_before`` and ``rate_after`` (HEAD/s,
+        None while unpaced), and for a hold ``hold_s``.
+        """
+        return self.pacer.trace()
 
     def _head_one(self, name: str) -> Any:
         """One HEAD through boto3: ``{}`` if stored, None if absent; raises boto3's error otherwise."""
