@@ -7,10 +7,11 @@ import http.server
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
-__all__ = ["FakeEndpoint", "FakeStore"]
+__all__ = ["FakeEndpoint", "FakeStore", "serve_endpoint"]
 
 
 class FakeStore:
@@ -107,3 +108,18 @@ class FakeEndpoint(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # a listing: S3's throttling says so in its body
         self._send(503, SLOWDOWN)
+
+
+@contextmanager
+def serve_endpoint(**attributes: Any) -> Iterator[Any]:
+    """A :class:`FakeEndpoint` of its own (``attributes`` set on its class) served on loopback; ``.url`` set."""
+    handler: Any = type("Handler", (FakeEndpoint,), {"stored": set(), "failing": set(), "heads": []} | attributes)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield handler
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -10,8 +10,6 @@ the store is a loopback endpoint (:class:`obj_fakes.FakeEndpoint`).
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 import pytest
 from integ_harness import requires_nixl
-from obj_fakes import FakeEndpoint
+from obj_fakes import serve_endpoint
 
 from kvprobe.backends.layout import relative_name
 from kvprobe.statemachine import AsyncLookupManager, ReqContext, VerdictCache
@@ -35,18 +33,9 @@ def _last(key: bytes) -> str:
 
 @pytest.fixture
 def endpoint() -> Iterator[Any]:
-    handler: Any = type(
-        "Handler",
-        (FakeEndpoint,),
-        {"mode": "s3", "throttle_bucket": False, "stored": {_last(STORED)}, "failing": {_last(FAILING)}, "heads": []},
-    )
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    handler.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield handler
-    server.shutdown()
-    server.server_close()
+    stored, failing = {_last(STORED)}, {_last(FAILING)}
+    with serve_endpoint(mode="s3", throttle_bucket=False, stored=stored, failing=failing) as handler:
+        yield handler
 
 
 def _resolve(m: AsyncLookupManager, req_id: str, keys: list[bytes]) -> list[bool | None]:

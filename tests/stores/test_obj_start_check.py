@@ -11,14 +11,12 @@ each part; NIXL and boto3 are real.
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from integ_harness import requires_nixl
-from obj_fakes import FakeEndpoint
+from obj_fakes import serve_endpoint
 
 from kvprobe.backends.nixl_obj import ObjStoreUnavailableError
 
@@ -26,15 +24,9 @@ pytestmark = requires_nixl
 
 
 @pytest.fixture
-def endpoint() -> Iterator[type[FakeEndpoint]]:
-    handler = type("Handler", (FakeEndpoint,), {"stored": set(), "failing": set(), "heads": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    handler.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
-    yield handler
-    server.shutdown()
-    server.server_close()
+def endpoint() -> Iterator[Any]:
+    with serve_endpoint() as handler:
+        yield handler
 
 
 def _backend(endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
