@@ -23,18 +23,27 @@ _MISSING: Final = object()
 _ONLY_BYTES: Final = {bytes}
 
 
-def as_float(value: float) -> float:
-    """``value`` as a float; an int too large for one is an infinity of its sign.
+def as_float(value: object) -> float:
+    """``value`` (an ``int`` or a ``float``) as a float; an int too large for one is an infinity of its sign.
 
     Every numeric option of the core goes through it before its range check:
     ``float(10**400)`` raises ``OverflowError``, while an infinity fails the
     check, whose error names the option.  (The backends, which the core may
     not import, keep the same conversion in ``kvprobe.backends._timeouts``.)
+    The parameter is an ``object``: compiled, one typed ``float`` would be
+    converted at the call, raising that ``OverflowError`` before the body.
+
+    Raises:
+        TypeError: ``value`` is neither (callers check the type first).
     """
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return -math.inf if value < 0 else math.inf
+    if isinstance(value, float):
+        return value
+    raise TypeError(f"a number was expected, got {type(value).__name__}")
 
 
 def bad_lookup(key: object, req_context: object) -> InvalidInputError:
