@@ -7,17 +7,27 @@ bucket's answer must carry S3's ``x-amz-`` headers and a random name must be
 absent.  A store that is throttling is not an unusable one (a fleet starting
 against a store it already saturates): a throttled ``HeadBucket`` is
 confirmed by a one-key listing, whose ``SlowDown`` body names S3's
-throttling where a HEAD's bare 503 could be any gateway's outage.
+throttling where a HEAD's bare 503 could be any gateway's outage.  The
+random name's HEAD is sent whatever the bucket's answer was; when it is
+throttled too, :func:`check_bucket` says the absence was not seen, and the
+backend must see it (through its own lookups) before it trusts a verdict.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvprobe.backends._obj_sdk import classify_failure
 
-__all__ = ["BucketNotFoundError", "ObjStoreUnavailableError", "check_bucket", "head_throttled"]
+__all__ = [
+    "BucketCheck",
+    "BucketNotFoundError",
+    "ObjStoreUnavailableError",
+    "check_bucket",
+    "head_throttled",
+    "random_absent_name",
+]
 
 
 class ObjStoreUnavailableError(ConnectionError):
@@ -28,11 +38,24 @@ class BucketNotFoundError(ObjStoreUnavailableError):
     """The bucket does not exist at the endpoint."""
 
 
-def check_bucket(client: Any, bucket: str, prefix: str, where: str) -> bool:
-    """HeadBucket and a random name's HEAD through boto3; whether the store was throttling.
+class BucketCheck(NamedTuple):
+    """What :func:`check_bucket` saw: whether the store was throttling, and whether a random name read absent."""
+
+    throttled: bool
+    absence_seen: bool
+
+
+def random_absent_name(prefix: str) -> str:
+    """A name no block has (a random one under the check's folder): it must read absent on an S3 store."""
+    return f"{prefix}kvprobe-connection-check/{uuid.uuid4().hex}"
+
+
+def check_bucket(client: Any, bucket: str, prefix: str, where: str) -> BucketCheck:
+    """HeadBucket and a random name's HEAD through boto3: whether the store was throttling, and the absence seen.
 
     Raises:
-        BucketNotFoundError, ObjStoreUnavailableError: as ``NixlObjBackend.check_connection``.
+        BucketNotFoundError, ObjStoreUnavailableError: as ``NixlObjBackend.check_connection``
+            (a random name that reads as stored: not an S3 server).
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -57,24 +80,26 @@ def check_bucket(client: Any, bucket: str, prefix: str, where: str) -> bool:
         raise ObjStoreUnavailableError(
             f"{where}: not an S3 answer to HeadBucket ({type(exc).__name__}: {exc})"
         ) from exc
-    if answer is None:
-        return True  # the listing was throttled too, with S3's code: an S3 store, the bucket unverified
-    headers = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    if not any(str(name).lower().startswith("x-amz-") for name in headers):
-        raise ObjStoreUnavailableError(
-            f"{where}: the endpoint answered HeadBucket without any x-amz- header: not an S3 server"
-        )
-    absent = f"{prefix}kvprobe-connection-check/{uuid.uuid4().hex}"
+    if answer is not None:  # None: the listing was throttled too, with S3's code
+        headers = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        if not any(str(name).lower().startswith("x-amz-") for name in headers):
+            raise ObjStoreUnavailableError(
+                f"{where}: the endpoint answered HeadBucket without any x-amz- header: not an S3 server"
+            )
+    # Sent whatever the bucket's answer: a server that throttles the bucket's
+    # checks and answers 200 to every object would otherwise pass.
+    absent = random_absent_name(prefix)
     try:
         client.head_object(Bucket=bucket, Key=absent)
     except ClientError as exc:
         # 404 expected (403 too: a store may hide absence behind permissions)
-        throttled = throttled or classify_failure(exc, 0.0) == "throttled"
+        if classify_failure(exc, 0.0) == "throttled":
+            return BucketCheck(throttled=True, absence_seen=False)
     except Exception as exc:
         raise ObjStoreUnavailableError(f"{where}: HeadObject failed ({type(exc).__name__}: {exc})") from exc
     else:
         raise ObjStoreUnavailableError(f"{where}: a random object name {absent!r} reads as stored: not an S3 server")
-    return throttled
+    return BucketCheck(throttled=throttled, absence_seen=True)
 
 
 def _list_one(client: Any, bucket: str, prefix: str, where: str) -> Any:

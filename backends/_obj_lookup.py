@@ -116,11 +116,17 @@ def shed_margin(usual_s: float, deadline_s: float) -> float:
 
 
 class RunResult(NamedTuple):
-    """A call's verdicts, how many names the store answered, and how many were shed (MISS at once)."""
+    """A call's verdicts, how many names the store answered, how many were shed (MISS at once), and which were not.
+
+    ``unanswered``: the indices of the names whose ``False`` is no answer of
+    the store (shed, failing or unanswered at the deadline), as opposed to
+    "not stored".
+    """
 
     verdicts: list[bool]
     answered: int
     shed: int
+    unanswered: frozenset[int]
 
 
 @dataclass
@@ -205,12 +211,29 @@ class ChunkedLookup:
             raise RuntimeError("the object backend was closed")
         plan = RetryPlan(len(names), self.chunk, self.retry, self._rng, time.monotonic(), deadline_s)
         call = _Call(self, names, plan, deadline_s)
+        try:
+            self._drive(call)
+        except BaseException:
+            # A fault of ours (the pace, a reader of the store's answers):
+            # the call's queries still queued must not run for a caller
+            # that is gone, nor its reservation stay taken.
+            call.end()
+            raise
+        # The deadline (or every key answered or shed): stop what has not started.
+        verdicts, answered, counts = call.end()
+        self.counters.add(**counts)
+        unanswered = frozenset(i for i, verdict in enumerate(plan.verdicts) if verdict is None)
+        return RunResult(verdicts, answered, counts["shed"], unanswered)
+
+    def _drive(self, call: _Call) -> None:
+        """Submit, wait and record until the deadline, or until every key is answered or shed."""
+        plan = call.plan
         while True:
             now = time.monotonic()
             call.backlog.extend(plan.due_retries(now))
             call.dispatch(now)
             if now >= plan.end or plan.finished or not call.pending():
-                break
+                return
             wake = min(plan.end, plan.next_retry_at() or math.inf, call.held[0] if call.held else math.inf)
             timeout = max(0.0, wake - now)
             if not call.running:
@@ -222,10 +245,6 @@ class ChunkedLookup:
                 outcome = None if future.cancelled() else future.result()
                 if outcome is not None:
                     self._record(plan, chunk, outcome)
-        # The deadline (or every key answered or shed): stop what has not started.
-        verdicts, answered, counts = call.end()
-        self.counters.add(**counts)
-        return RunResult(verdicts, answered, counts["shed"])
 
     def query_size(self) -> int:
         """Keys per query now (see :class:`QuerySize`)."""
@@ -250,8 +269,18 @@ class ChunkedLookup:
                 self.sizes.failed(keys)
             part = self.sizes.size
         if self.pacer is not None and cause != "timed_out":
-            self.pacer.failed(outcome.started, keys, self._retry_after(outcome.error) if self._retry_after else None)
+            self.pacer.failed(outcome.started, keys, self._read_retry_after(outcome.error))
         plan.failed(chunk, time.monotonic(), cause, part)
+
+    def _read_retry_after(self, error: BaseException) -> float | None:
+        """The failure's ``Retry-After`` in seconds, or None (none, or the reader failed on what the store sent)."""
+        if self._retry_after is None:
+            return None
+        try:
+            return self._retry_after(error)
+        except Exception:  # the header is the server's text: a reader's bug must not cost the call its answers
+            _log.warning("could not read the Retry-After of a failed query (%s)", error, exc_info=True)
+            return None
 
     def _guarded(self, cancelled: threading.Event, names: Sequence[str], single: bool) -> _Outcome | None:
         if cancelled.is_set():

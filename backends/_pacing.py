@@ -82,14 +82,19 @@ import contextlib
 import dataclasses
 import email.utils
 import math
+import os
+import sys
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["PaceCore", "PaceStats", "Pacer", "get_or_create", "parse_retry_after", "shared_pacer"]
+from kvprobe.backends._timeouts import as_float
+
+__all__ = ["TRACE_LEN", "PaceCore", "PaceStats", "Pacer", "get_or_create", "parse_retry_after", "shared_pacer"]
 
 K = TypeVar("K")
 P = TypeVar("P", bound="Pacer")
@@ -426,32 +431,43 @@ class PaceCore:
 
 def check_positive(name: str, value: float) -> None:
     """Raise ValueError naming ``name`` unless ``value`` is a positive finite number (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    # An int too large for a float is not finite as the float it is used as.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < as_float(value) < math.inf:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
 def parse_retry_after(value: str | None, now_epoch_s: float | None = None) -> float | None:
     """Seconds to wait from an HTTP ``Retry-After`` value (delta-seconds or an HTTP date).
 
-    None when the value is absent or malformed (never raises).
+    None when the value is absent or malformed; otherwise a finite number of
+    seconds, 0 or more (a delta too large for a float is the largest float:
+    the pace caps every hold anyway).  Never raises: the value is whatever a
+    server sent.
     """
     if not value:
         return None
     text = value.strip()
-    if text.isdigit():
-        return float(text)
+    # HTTP's digits only: str.isdigit alone takes superscripts and Arabic-Indic digits.
+    if text.isascii() and text.isdigit():
+        return min(float(text), sys.float_info.max)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+        now = time.time() if now_epoch_s is None else now_epoch_s
+        # A zone may carry a date past datetime's range: timestamp() then overflows.
+        return max(0.0, when.timestamp() - now)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    now = time.time() if now_epoch_s is None else now_epoch_s
-    return max(0.0, when.timestamp() - now)
+
+
+#: How many of its latest decisions a :class:`Pacer` keeps (:meth:`Pacer.trace`).
+TRACE_LEN = 64
 
 
 class Pacer:
     """A :class:`PaceCore` behind a lock, on ``time.monotonic``: safe to share between threads.
 
-    Reservations are absolute ``time.monotonic()`` values.
+    Reservations are absolute ``time.monotonic()`` values.  The pacer keeps
+    the last ``TRACE_LEN`` decisions its calls made (:meth:`trace`).
 
     Args:
         core: the policy, created at ``time.monotonic()`` (default: :class:`PaceCore`'s defaults).
@@ -460,6 +476,21 @@ class Pacer:
     def __init__(self, core: PaceCore | None = None) -> None:
         self._lock = threading.Lock()
         self._core = core if core is not None else PaceCore(time.monotonic())
+        self.fork_resets = 0  # forks that left a call of another thread half done: the pace started afresh
+        self._trace: deque[dict[str, float | str | None]] = deque(maxlen=TRACE_LEN)
+        _LIVE.add(self)
+
+    def _after_fork_in_child(self, was_held: bool) -> None:
+        """In a forked child: a new lock, and a fresh pace if a thread of the parent was changing it.
+
+        Only the forking thread goes on in the child: a lock another thread
+        held would never be released there, and that thread's change of the
+        pace may be half done.
+        """
+        self._lock = threading.Lock()
+        if was_held:
+            self._core = PaceCore(time.monotonic())
+            self.fork_resets += 1
 
     @contextlib.contextmanager
     def _held(self, *, changes: bool = True) -> Iterator[PaceCore]:
@@ -480,20 +511,61 @@ class Pacer:
     def answered(self, sent_at: float, heads: int) -> None:
         """A query sent at ``sent_at`` answered."""
         with self._held() as core:
-            core.answered(time.monotonic(), sent_at, heads)
+            now = time.monotonic()
+            before = _decisions(core, now)
+            core.answered(now, sent_at, heads)
+            self._note(core, before, now)
 
     def failed(self, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
         """A query sent at ``sent_at`` failed (not by a timeout)."""
         with self._held() as core:
-            core.failed(time.monotonic(), sent_at, heads, retry_after_s)
+            now = time.monotonic()
+            before = _decisions(core, now)
+            core.failed(now, sent_at, heads, retry_after_s)
+            self._note(core, before, now)
+
+    def _note(self, core: PaceCore, before: tuple[int, int, int, float | None], now: float) -> None:
+        """Trace what the call just made of the pace: read from its counters, as they moved."""
+        decreases, undone, holds, rate_before = before
+        stats = core.stats
+        for decision, moved in (
+            ("decrease", stats.decreases - decreases),
+            ("undone", stats.undone - undone),
+            ("hold", stats.holds - holds),
+        ):
+            if moved > 0:
+                event: dict[str, float | str | None] = {
+                    "at": now,
+                    "decision": decision,
+                    "rate_before": rate_before,
+                    "rate_after": core.rate(now),
+                }
+                if decision == "hold":
+                    event["hold_s"] = core.hold_until - now
+                self._trace.append(event)
+
+    def trace(self) -> list[dict[str, float | str | None]]:
+        """The latest decisions of this process's calls on the pace, oldest first (at most ``TRACE_LEN``).
+
+        Each is ``{"at": time.monotonic(), "decision": "decrease" | "undone" |
+        "hold", "rate_before", "rate_after"}`` (HEAD/s, None while unpaced),
+        and for a hold (``Retry-After``) ``hold_s``, how long it holds.
+        """
+        with self._lock:
+            return list(self._trace)
 
     def snapshot(self) -> dict[str, float | int | None]:
-        """``rate`` (HEAD/s, None while unpaced), ``w_max``, and the :class:`PaceStats` counters."""
+        """``rate`` (HEAD/s, None while unpaced), ``w_max``, ``measured`` and the :class:`PaceStats` counters.
+
+        ``measured``: the HEADs per second whose outcome (answered or failed)
+        came back, smoothed over the windows judged.
+        """
         with self._held(changes=False) as core:
             stats = core.stats
             return {
                 "rate": core.rate(time.monotonic()),
                 "w_max": core.w_max if core.paced else None,
+                "measured": core.measured,
                 "decreases": stats.decreases,
                 "undone": stats.undone,
                 "holds": stats.holds,
@@ -501,8 +573,25 @@ class Pacer:
             }
 
 
+def _decisions(core: PaceCore, now: float) -> tuple[int, int, int, float | None]:
+    """The counters of the pace's decisions, and its rate, before a call (:meth:`Pacer._note`)."""
+    stats = core.stats
+    return stats.decreases, stats.undone, stats.holds, core.rate(now)
+
+
 _SHARED: weakref.WeakValueDictionary[tuple[str, str, str], Pacer] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
+_LIVE: weakref.WeakSet[Pacer] = weakref.WeakSet()  # every pacer of the process, for a forked child
+
+
+def _after_fork_in_child() -> None:
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+    for pacer in list(_LIVE):
+        pacer._after_fork_in_child(pacer._lock.locked())
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shared_pacer(endpoint: str, bucket: str, prefix: str) -> Pacer:

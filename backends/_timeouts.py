@@ -1,5 +1,8 @@
 """The check of a number of seconds that a thread or a pipe must wait for.
 
+Also :func:`as_float`, the conversion every numeric option goes through
+before its range is checked.
+
 One check for every timeout kvprobe takes: the manager's and its workers'
 (bounded by ``threading.TIMEOUT_MAX``) and ``ProcessBackend``'s (bounded by
 what a pipe's ``poll`` can wait).  A value above the bound is refused when
@@ -9,13 +12,27 @@ from the argument that caused it.
 
 from __future__ import annotations
 
+import math
 import numbers
 
-__all__ = ["PIPE_POLL_MAX_S", "check_seconds"]
+__all__ = ["PIPE_POLL_MAX_S", "as_float", "check_seconds"]
 
 #: The longest a pipe's ``poll`` can wait: its timeout becomes a C ``int``
 #: of milliseconds (about 24.8 days).
 PIPE_POLL_MAX_S = (2**31 - 1) / 1000
+
+
+def as_float(value: float | numbers.Real) -> float:
+    """``value`` as a float; an int too large for one is an infinity of its sign.
+
+    Why: ``float(10**400)`` raises ``OverflowError``.  Read as an infinity,
+    such a value fails the range check of the option it was given for, whose
+    error names that option.
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return -math.inf if value < 0 else math.inf
 
 
 def check_seconds(
@@ -40,10 +57,7 @@ def check_seconds(
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise wrong_type(f"{name} must be a number of seconds, got {type(value).__name__}")
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int too large for a float: far above any limit
-        seconds = float("inf")
+    seconds = as_float(value)
     lowest = "0 or more" if zero_ok else "positive"
     if not ((0 <= seconds if zero_ok else 0 < seconds) and seconds <= limit):
         raise wrong_value(f"{name} must be {lowest} and finite, got {value!r} (at most {limit_name} = {limit:.3f} s)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Backend", "BlockStore", "Key", "check_key"]
+__all__ = ["Backend", "BlockStore", "Key", "Verdicts", "check_key"]
 
 Key = bytes
 
@@ -19,6 +19,24 @@ class Backend(Protocol):
     """
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> Iterable[bool]: ...
+
+
+class Verdicts(list[bool]):
+    """A ``batch_lookup`` result that marks which of its ``False`` are no answer (a failure, not "not stored").
+
+    A tier that answers a group in part (the object tier: keys shed by its
+    pace, or still failing at its deadline) returns one, so that the
+    manager's verdict cache (docs/cache.md) never remembers those keys as
+    not stored.  To everything else it is the list of verdicts it holds.
+
+    Args:
+        verdicts: one ``bool`` per key, in order (``False`` for a key without an answer).
+        unanswered: the indices of the keys without an answer.
+    """
+
+    def __init__(self, verdicts: Iterable[bool] = (), *, unanswered: frozenset[int] = frozenset()) -> None:
+        super().__init__(verdicts)
+        self.unanswered = unanswered
 
 
 @runtime_checkable

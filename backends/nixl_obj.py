@@ -79,15 +79,20 @@ timeouts, because a missing bucket is invisible to ``query_memory`` (every
 key just looks missing), and because a server that is not S3 (a plain web
 server answering 200 to everything) would make every key look stored: the
 bucket answer must carry S3's ``x-amz-`` headers and the random name must be
-absent.  Then one NIXL query of a probe name.  Any failure raises
-:class:`ObjStoreUnavailableError` naming the endpoint and the cause, except
-throttling: a fleet starting against a store it already saturates must not
-fail to start, so a throttled ``HeadBucket`` is confirmed by a one-key
-listing (whose ``SlowDown`` body names S3's throttling, where a HEAD's bare
-503 could be any gateway's outage), and a NIXL probe failing while boto3's
-HEAD of the same name is throttled is retried, then accepted with a logged
-warning.  Without
-``boto3`` only the NIXL probe runs (a warning says what is not checked).
+absent.  Then one NIXL query of another random name, which must read
+absent too.  Any failure raises :class:`ObjStoreUnavailableError` naming
+the endpoint and the cause, except throttling: a fleet starting against a
+store it already saturates must not fail to start, so a throttled
+``HeadBucket`` is confirmed by a one-key listing (whose ``SlowDown`` body
+names S3's throttling, where a HEAD's bare 503 could be any gateway's
+outage), and a NIXL probe failing while boto3's HEAD of the same name is
+throttled is retried, then accepted with a logged warning.  Throttling
+never skips the check that a name never written reads absent: when no such
+name was answered at start-up, every lookup call asks for one more, and
+trusts no verdict until it reads absent (the call raises
+:class:`ObjStoreUnavailableError` meanwhile: MISS for the group); one that
+reads as stored refuses that call and every later one.  Without ``boto3``
+only the NIXL probe runs (a warning says what is not checked).
 
 Writers (``store``/``remove``) PUT and DELETE through ``boto3``, an S3 client
 independent of NIXL, so tests check NIXL's verdicts against a separate truth.
@@ -107,11 +112,18 @@ from urllib.parse import urlparse
 
 from kvprobe.backends._host_pace import PACE_SCOPES, host_pacer
 from kvprobe.backends._nixl_import import AgentPool
-from kvprobe.backends._obj_check import BucketNotFoundError, ObjStoreUnavailableError, check_bucket, head_throttled
+from kvprobe.backends._obj_check import (
+    BucketCheck,
+    BucketNotFoundError,
+    ObjStoreUnavailableError,
+    check_bucket,
+    head_throttled,
+    random_absent_name,
+)
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
 from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
 from kvprobe.backends._pacing import Pacer, shared_pacer
-from kvprobe.backends.base import Key
+from kvprobe.backends.base import Key, Verdicts
 from kvprobe.backends.layout import relative_name
 
 __all__ = [
@@ -123,7 +135,6 @@ __all__ = [
     "retry_after_of",
 ]
 
-_PROBE_NAME = "kvprobe-connection-check/none"
 #: NIXL probes of a throttling store at construction, 0.1, 0.2, 0.4 s apart.
 _PROBE_ATTEMPTS, _PROBE_BACKOFF_S = 4, 0.1
 _log = logging.getLogger(__name__)
@@ -278,6 +289,13 @@ class NixlObjBackend:
         self._secret_key = secret_key if secret_key is not None else os.environ.get("AWS_SECRET_ACCESS_KEY")
         self._session_token = session_token if session_token is not None else os.environ.get("AWS_SESSION_TOKEN")
         self._s3: Any = None
+        # Whether a name never written was seen to read absent (the endpoint
+        # is S3, not a server that answers 200 to everything): until it is,
+        # every call asks for one more such name and trusts no verdict
+        # without its answer.  The reason every call is refused, once one
+        # read as stored.
+        self._verified = True
+        self._refused: str | None = None
         self._s3_lock = threading.Lock()  # one boto3 client, built once, none after close()
         self._closed = False
 
@@ -345,7 +363,9 @@ class NixlObjBackend:
         """One verdict per key, within ``deadline_s`` (chunked parallel HEADs, failed chunks retried).
 
         A key whose HEADs kept failing, or were still running, at the
-        deadline reads as ``False`` (counted in :attr:`stats`).
+        deadline reads as ``False`` (counted in :attr:`stats`); such keys
+        are marked in the :class:`~kvprobe.backends.base.Verdicts` returned
+        (with the shed ones, below), so a verdict cache never remembers them.
 
         Keys whose HEADs the store's pace could not start before the deadline
         are answered ``False`` at once (``shed`` in :attr:`stats`); a call
@@ -356,20 +376,50 @@ class NixlObjBackend:
             RuntimeError: the backend is closed.
             ObjStoreUnavailableError: not one key was answered by the deadline
                 and not every key was shed (the store is down, frozen or
-                refusing every request); the manager turns it into MISS for
-                the group.
+                refusing every request), or the endpoint is not yet verified
+                as S3 after a throttled start-up, or was found not to be; the
+                manager turns it into MISS for the group.
         """
         del req_context
         if not keys:
             return []
         names = [self.locate(k) for k in keys]
-        verdicts, answered, shed = self._engine.run(names, self.deadline_s)
+        if self._refused is not None:
+            raise ObjStoreUnavailableError(self._refused)
+        if self._verified:
+            verdicts, answered, shed, unanswered = self._engine.run(names, self.deadline_s)
+        else:
+            verdicts, answered, shed, unanswered = self._verified_run(names)
         if answered == 0 and shed < len(names):
             raise ObjStoreUnavailableError(
                 f"{self._where()}: none of {len(names)} keys answered within {self.deadline_s} s "
                 f"(counters so far: {self._engine.counters.snapshot()})"
             )
-        return verdicts
+        return Verdicts(verdicts, unanswered=unanswered) if unanswered else verdicts
+
+    def _verified_run(self, names: list[str]) -> tuple[list[bool], int, int, frozenset[int]]:
+        """The call, with one more name never written, whose answer must be "absent" for any verdict to stand.
+
+        Raises:
+            ObjStoreUnavailableError: that name was not answered (the store is
+                still throttling: nothing is trusted yet), or it read as stored
+                (not an S3 server: this call and every later one).
+        """
+        canary = random_absent_name(self.prefix)
+        verdicts, answered, shed, unanswered = self._engine.run([*names, canary], self.deadline_s)
+        if len(names) in unanswered:
+            raise ObjStoreUnavailableError(
+                f"{self._where()}: not yet verified as an S3 store (its start-up was throttled, and a name never "
+                f"written was not answered yet): none of {len(names)} verdicts is trusted"
+            )
+        if verdicts[-1]:
+            self._refused = (
+                f"{self._where()}: a random object name {canary!r} reads as stored: not an S3 server "
+                "(its start-up check was throttled)"
+            )
+            raise ObjStoreUnavailableError(self._refused)
+        self._verified = True
+        return verdicts[:-1], answered - 1, shed, unanswered
 
     @property
     def stats(self) -> dict[str, int]:
@@ -393,11 +443,26 @@ class NixlObjBackend:
     def pacing(self) -> dict[str, float | int | None]:
         """The shared pace of this store: ``rate`` (HEAD/s; None while unpaced) and its counters.
 
-        ``decreases`` of the rate, of which ``undone`` (they did not help),
+        ``w_max`` (the rate of the last decrease), ``measured`` (HEADs per
+        second whose outcome came back, smoothed), ``decreases`` of the
+        rate, of which ``undone`` (they did not help),
         ``holds`` (Retry-After honoured) and ``refused`` reservations (keys
         shed).  Shared by every backend of the process on the same store.
+        A host pace adds ``host_fallbacks`` (calls this process paced alone:
+        its file could not be used, written or locked in time) and
+        ``host_bad_files`` (files that were not a pace, replaced).
         """
         return self.pacer.snapshot()
+
+    @property
+    def pace_trace(self) -> list[dict[str, float | str | None]]:
+        """The pace's latest decisions made by this process's calls, oldest first (see ``Pacer.trace``).
+
+        Each: ``at`` (``time.monotonic()``), ``decision`` (``decrease``,
+        ``undone`` or ``hold``), ``rate_before`` and ``rate_after`` (HEAD/s,
+        None while unpaced), and for a hold ``hold_s``.
+        """
+        return self.pacer.trace()
 
     def _head_one(self, name: str) -> Any:
         """One HEAD through boto3: ``{}`` if stored, None if absent; raises boto3's error otherwise."""
@@ -450,13 +515,15 @@ class NixlObjBackend:
         listing (a GET, whose ``SlowDown`` names S3's throttling in its body),
         and a NIXL probe that fails while boto3's HEAD of the same name is
         throttled too is retried a few times, then accepted with a warning
-        logged (the lookups then pace to the store).
+        logged (the lookups then pace to the store).  If no random name was
+        seen to read absent, the lookups see one before trusting a verdict
+        (see the module docstring).
 
         Raises:
             BucketNotFoundError: HeadBucket (or the listing) said 404 (checked only with boto3).
             ObjStoreUnavailableError: unreachable, timed out, or rejected
                 (HeadBucket, or NIXL's probe query raised while the store was
-                not throttling).
+                not throttling), or a random name reads as stored (not S3).
         """
         where = self._where()
         try:
@@ -469,25 +536,37 @@ class NixlObjBackend:
                 stacklevel=3,
             )
             client = None
-        throttled = False if client is None else check_bucket(client, self.bucket, self.prefix, where)
+        throttled, absence_seen = (
+            BucketCheck(False, False) if client is None else check_bucket(client, self.bucket, self.prefix, where)
+        )
         failure: Exception | None = None
+        probe = random_absent_name(self.prefix)
         for attempt in range(_PROBE_ATTEMPTS):
             try:
                 with self._pool.agent() as agent:
-                    agent.query_memory([(0, 1, 0, self.prefix + _PROBE_NAME)], "OBJ", "OBJ")
-                return
+                    answers = agent.query_memory([(0, 1, 0, probe)], "OBJ", "OBJ")
             except Exception as exc:
                 failure = exc
+            else:
+                if answers and answers[0] is not None:
+                    raise ObjStoreUnavailableError(
+                        f"{where}: a random object name {probe!r} reads as stored through NIXL: not an S3 server"
+                    )
+                self._verified = True
+                return
             # NIXL does not say why its query failed; boto3's HEAD of the same
             # name does.  Answered there: NIXL itself cannot use the store.
-            if client is None or not head_throttled(client, self.bucket, self.prefix + _PROBE_NAME):
+            if client is None or not head_throttled(client, self.bucket, probe):
                 break
             throttled = True
             if attempt + 1 < _PROBE_ATTEMPTS:
                 time.sleep(_PROBE_BACKOFF_S * 2**attempt)
         else:
+            self._verified = absence_seen
             _log.warning(
-                "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it", where
+                "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it%s",
+                where,
+                "" if absence_seen else ", and no verdict is trusted until a name never written reads absent",
             )
             return
         raise ObjStoreUnavailableError(

@@ -17,13 +17,14 @@ Compiled with the rest of the core (mypyc).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from kvprobe.statemachine.probe_table import ProbeTable, mypyc_attr
 from kvprobe.statemachine.records import ProbeState, WaitingRequest
 from kvprobe.statemachine.rules import ANSWERED, IN_FLIGHT, PENDING, TO_IN_FLIGHT
 from kvprobe.statemachine.types import Batch, FailureKind, GroupOutcome, ProbeGroup, is_death_marker
+from kvprobe.statemachine.verdict_cache import VerdictMemory
 
 __all__ = ["WorkerHandoff", "as_applied"]
 
@@ -181,6 +182,11 @@ class WorkerHandoff(ProbeTable):
         # a failure's MISS says nothing about the store, and a stale result
         # may be older than a mark_miss that forgot the key.
         memory = self.memory if outcome.failure is None else None
+        if memory is not None and outcome.unanswered:
+            # Keys the backend marked as unanswered (its MISS is a failure's):
+            # the others are remembered here, before the states change.
+            self._remember_answered(memory, group.states, verdicts, outcome.unanswered)
+            memory = None
         # One verdict per key (a miscounted outcome became a failure above).
         for state, verdict in zip(group.states, verdicts, strict=False):
             if state.phase is not in_flight:
@@ -202,6 +208,15 @@ class WorkerHandoff(ProbeTable):
         stats.hits += hits
         stats.misses += misses
         stats.stale_results_dropped += stale
+
+    @staticmethod
+    def _remember_answered(
+        memory: VerdictMemory, states: Sequence[ProbeState], verdicts: Iterable[bool], unanswered: frozenset[int]
+    ) -> None:
+        in_flight = IN_FLIGHT
+        for index, (state, verdict) in enumerate(zip(states, verdicts, strict=False)):
+            if state.phase is in_flight and index not in unanswered:
+                memory.remember(state.key, state.generation, verdict)
 
     def _count_call(self, failure: FailureKind | None) -> None:
         stats = self._stats

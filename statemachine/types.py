@@ -220,6 +220,9 @@ class GroupOutcome:
     timeout: until it was given up on); None when no call was timed (no
     call was made, or a worker of its own did not say).  It is an
     observation, not part of the outcome: equality ignores it.
+    ``unanswered``: indices of ``verdicts`` whose ``False`` the backend
+    marked as no answer (:class:`kvprobe.backends.base.Verdicts`): MISS, but
+    never remembered by the verdict cache.
     """
 
     group: ProbeGroup
@@ -228,6 +231,7 @@ class GroupOutcome:
     detail: str = ""
     late: bool = False
     call_s: float | None = field(default=None, compare=False)
+    unanswered: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from kvprobe.statemachine.inputs import as_float
 from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 
 try:
@@ -46,7 +47,7 @@ __all__ = ["VerdictCache", "VerdictMemory"]
 def _check_ttl(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInputError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    seconds = float(value)
+    seconds = as_float(value)  # an int too large for a float is infinite: refused below
     if not (0.0 <= seconds and math.isfinite(seconds)):
         raise InvalidValueError(f"{name} must be 0 or more and finite, got {value!r}")
     return seconds

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
+from kvprobe.statemachine.inputs import as_float
 from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 
 __all__ = [
@@ -100,7 +101,7 @@ def window_growth(value: object) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(f"chain_window_growth must be a float above 1, got {type(value).__name__}")
-    growth = float(value)
+    growth = as_float(value)  # an int too large for a float is infinite: refused below
     # Written so that NaN fails it: every comparison with NaN is False.
     if not 1.0 < growth <= MAX_CHAIN_WINDOW_GROWTH:
         raise InvalidValueError(

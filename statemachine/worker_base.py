@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from kvprobe.backends._timeouts import check_seconds
-from kvprobe.backends.base import Backend, Key
+from kvprobe.backends.base import Backend, Key, Verdicts
 from kvprobe.statemachine.types import (
     Batch,
     FailureKind,
@@ -80,37 +80,52 @@ def probe_group(backend: Backend, group: ProbeGroup) -> GroupOutcome:
     """
     keys = list(group.keys)
     started = time.perf_counter()
-    verdicts, failure, detail = _answer(backend, keys, group.req_context)
-    return GroupOutcome(group, verdicts, failure, detail, call_s=time.perf_counter() - started)
+    verdicts, failure, detail, unanswered = _answer(backend, keys, group.req_context)
+    call_s = time.perf_counter() - started
+    return GroupOutcome(group, verdicts, failure, detail, call_s=call_s, unanswered=unanswered)
 
 
-_Answer = tuple[tuple[bool, ...] | None, FailureKind | None, str]
+_Answer = tuple[tuple[bool, ...] | None, FailureKind | None, str, frozenset[int]]
+_NONE: frozenset[int] = frozenset()
 
 
 def _answer(backend: Backend, keys: list[Key], req_context: object) -> _Answer:
-    """The backend's verdicts for ``keys``, or the failure and its detail (never raises an ``Exception``)."""
+    """The backend's verdicts for ``keys``, or the failure and its detail (never raises an ``Exception``).
+
+    Last, the indices a :class:`Verdicts` result marked as no answer (only
+    those that are ``False`` and in range: a mark cannot turn a hit into
+    anything else).
+    """
     expected = len(keys)
     try:
         result = backend.batch_lookup(keys, req_context)
     except Exception as exc:
-        return None, FailureKind.RAISED, describe_exception(exc)
+        return None, FailureKind.RAISED, describe_exception(exc), _NONE
     if type(result) is list and len(result) == expected and set(map(type, result)) <= _BOOL_ONLY:
         # The common answer, checked in C: a large group's verdicts would
         # otherwise hold the GIL for a Python loop the scheduler waits on.
-        return tuple(result), None, ""
+        return tuple(result), None, "", _NONE
+    if type(result) is Verdicts and len(result) == expected and set(map(type, result)) <= _BOOL_ONLY:
+        marked = result.unanswered
+        unanswered = (
+            frozenset(i for i in marked if type(i) is int and 0 <= i < expected and not result[i])
+            if type(marked) is frozenset
+            else _NONE
+        )
+        return tuple(result), None, "", unanswered
     verdicts: list[bool] = []
     try:
         for verdict in result:
             if len(verdicts) == expected:
-                return None, FailureKind.LONG_RESULT, f"more than {expected} results"
+                return None, FailureKind.LONG_RESULT, f"more than {expected} results", _NONE
             if verdict is not True and verdict is not False:
-                return None, FailureKind.BAD_VERDICT, f"result {len(verdicts)} is {type(verdict).__name__}"
+                return None, FailureKind.BAD_VERDICT, f"result {len(verdicts)} is {type(verdict).__name__}", _NONE
             verdicts.append(verdict)
     except Exception as exc:
-        return None, FailureKind.RAISED_WHILE_ITERATING, describe_exception(exc)
+        return None, FailureKind.RAISED_WHILE_ITERATING, describe_exception(exc), _NONE
     if len(verdicts) < expected:
-        return None, FailureKind.SHORT_RESULT, f"{len(verdicts)} results for {expected} keys"
-    return tuple(verdicts), None, ""
+        return None, FailureKind.SHORT_RESULT, f"{len(verdicts)} results for {expected} keys", _NONE
+    return tuple(verdicts), None, "", _NONE
 
 
 _BOOL_ONLY = frozenset({bool})

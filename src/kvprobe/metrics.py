@@ -385,9 +385,10 @@ class LookupMetrics:
         """A backend's own counters (``stats``: the object tier's queries, retries, ``shed``...) and its pace.
 
         Each integer of a backend's ``stats`` dict is exported as the counter
-        ``kvprobe_backend_<name>_total``; a ``pacing`` dict as the gauge
-        ``kvprobe_backend_pace_rate`` (HEAD/s, absent while unpaced) and
-        ``kvprobe_backend_pace_<counter>_total``.  Backends without them add nothing.
+        ``kvprobe_backend_<name>_total``; a ``pacing`` dict as the gauges
+        ``kvprobe_backend_pace_rate``, ``_w_max`` (HEAD/s, absent while
+        unpaced) and ``_measured``, and ``kvprobe_backend_pace_<counter>_total``.
+        Backends without them add nothing.
         """
         families = []
         stats = getattr(backend, "stats", None)
@@ -395,17 +396,26 @@ class LookupMetrics:
             families += [(f"backend_{name}", value) for name, value in sorted(stats.items())]
         pacing = getattr(backend, "pacing", None)
         if isinstance(pacing, dict):
-            rate = pacing.get("rate")
-            if isinstance(rate, (int, float)) and not isinstance(rate, bool):
-                yield _gauge(
-                    "kvprobe_backend_pace_rate", "The store's shared pace, HEAD/s (absent: unpaced)", tier, rate
-                )
-            families += [(f"backend_pace_{name}", value) for name, value in sorted(pacing.items()) if name != "rate"]
+            for name, help_text in _PACE_GAUGES.items():
+                value = pacing.get(name)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    yield _gauge(f"kvprobe_backend_pace_{name}", help_text, tier, value)
+            families += [
+                (f"backend_pace_{name}", value) for name, value in sorted(pacing.items()) if name not in _PACE_GAUGES
+            ]
         for name, value in families:
             if isinstance(value, int) and not isinstance(value, bool):
                 family = CounterMetricFamily(f"kvprobe_{name}", f"The backend's {name[8:]} counter", labels=["tier"])
                 family.add_metric([tier], float(self._monotonic(name, value)))
                 yield family
+
+
+#: The pace's rates, exported as gauges (each absent while None: unpaced); its other integers are counters.
+_PACE_GAUGES = {
+    "rate": "The store's shared pace, HEAD/s (absent: unpaced)",
+    "w_max": "The rate of the pace's last decrease, HEAD/s (absent: unpaced)",
+    "measured": "HEADs per second whose outcome came back, smoothed over the pace's windows",
+}
 
 
 def _alive(pid: int) -> bool:

@@ -275,3 +275,92 @@ def test_a_second_request_sends_the_backend_nothing_with_the_cache(tmp_path: Pat
         assert settle(manager, "r2", [A, B]) == [True, False]
         manager.cleanup("r2")
         assert backend.asked == (2 if cached else 4)
+
+
+# --- answers that are no answers (issue 39 part 3) ------------------------------
+
+
+class HalfAnswering:
+    """A tier that answers some keys and leaves others without an answer (shed, unanswered at its deadline).
+
+    Like the object tier: ``False`` for both "not stored" and "no answer",
+    the latter's indices marked in the :class:`Verdicts` it returns.
+    """
+
+    def __init__(self, stored: set[bytes], unanswered: set[bytes]) -> None:
+        self.stored, self.unanswered = stored, unanswered
+        self.asked: list[bytes] = []
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+        from kvprobe.backends.base import Verdicts
+
+        self.asked.extend(keys)
+        verdicts = [key in self.stored and key not in self.unanswered for key in keys]
+        return Verdicts(verdicts, unanswered=frozenset(i for i, key in enumerate(keys) if key in self.unanswered))
+
+
+def test_a_key_the_tier_left_unanswered_is_never_remembered_as_not_stored() -> None:
+    backend = HalfAnswering(stored={A}, unanswered={B})
+    cache = VerdictCache(max_entries=8, hit_ttl_s=60.0, miss_ttl_s=60.0)
+    with AsyncLookupManager(backend, verdict_cache=cache, lookup_timeout_s=5.0) as m:
+        # The second request finds A and C remembered, and B to be asked again.
+        for req_id, first in (("r1", [None, None, None]), ("r2", [True, None, False])):
+            ctx = ReqContext(req_id)
+            assert [m.lookup(k, ctx) for k in (A, B, C)] == first
+            m.flush()
+            deadline = threading.Event()
+            for _ in range(500):
+                if all(m.lookup(k, ctx) is not None for k in (A, B, C)):
+                    break
+                deadline.wait(0.01)
+            assert [m.lookup(k, ctx) for k in (A, B, C)] == [True, False, False]
+            m.cleanup(req_id)
+    # A stored and C absent were answered once and remembered; B, never answered, was asked again.
+    assert sorted(backend.asked) == sorted([A, B, C, B])
+
+
+def test_unanswered_marks_reach_the_core_only_for_their_keys() -> None:
+    clock = Clock()
+    core = cached_core(clock, miss_ttl_s=30.0)
+    ask(core, "r", [A, B, C])
+    batch = core.flush()
+    assert batch is not None
+    (group,) = batch.groups
+    keys = [state.key for state in group.states]
+    core.apply(GroupOutcome(group, tuple(k == A for k in keys), unanswered=frozenset({keys.index(B)})))
+    core.check_invariants()
+    assert core.memory is not None
+    remembered = {key: verdict for key, verdict, _, _ in core.memory.entries()}
+    assert remembered == {A: True, C: False}
+
+
+class Marking:
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> object:
+        return self.result
+
+
+@pytest.mark.parametrize(
+    ("marked", "kept"),
+    [
+        (frozenset({1}), frozenset({1})),
+        (frozenset({0, 1}), frozenset({1})),  # a hit is an answer: its mark is dropped
+        (frozenset({1, 2, -1}), frozenset({1})),  # out of range
+        ({1}, frozenset()),  # not a frozenset: no mark at all
+        (frozenset({"1"}), frozenset()),
+    ],
+)
+def test_the_worker_keeps_only_marks_of_false_verdicts_in_range(marked: object, kept: frozenset[int]) -> None:
+    from kvprobe.backends.base import Verdicts
+    from kvprobe.statemachine.worker_base import probe_group
+
+    core = LookupCore()
+    ask(core, "r", [A, B])
+    batch = core.flush()
+    assert batch is not None
+    verdicts = Verdicts([True, False])
+    verdicts.unanswered = marked  # type: ignore[assignment]
+    outcome = probe_group(Marking(verdicts), batch.groups[0])
+    assert outcome.failure is None and outcome.verdicts == (True, False) and outcome.unanswered == kept

@@ -16,12 +16,15 @@ import pytest
 from fault_harness import calls_from_another_thread, drive, finish, keys
 
 from kvprobe.backends import FsBackend, InMemoryBackend
+from kvprobe.backends._host_pace import HostPacer
+from kvprobe.backends._pacing import PaceCore
 from kvprobe.statemachine import (
     AsyncLookupManager,
     InvalidInputError,
     InvalidValueError,
     KvprobeError,
     ReqContext,
+    VerdictCache,
     WrongThreadError,
 )
 
@@ -382,3 +385,66 @@ def test_lookup_chain_turns_input_that_raises_into_invalid_input(
     with pytest.raises(InvalidInputError, match=message):
         held.lookup_chain(chain, context)
     assert _snapshot(held) == before
+
+
+# Every numeric option of the public surface, with a value that is an int too
+# large for a float (and its negative): each must be refused with the typed
+# error the option documents, naming it, never a bare OverflowError raised
+# while it is converted.
+def _manager(**kw: object) -> None:
+    AsyncLookupManager(InMemoryBackend(), **kw).shutdown()  # type: ignore[arg-type]
+
+
+def _verdict_cache(**kw: object) -> None:
+    args: dict[str, object] = {"max_entries": 8, "hit_ttl_s": 1.0, "miss_ttl_s": 1.0} | kw
+    VerdictCache(**args)  # type: ignore[arg-type]
+
+
+def _pace(**kw: object) -> None:
+    PaceCore(0.0, **kw)  # type: ignore[arg-type]
+
+
+def _host_pace(**kw: object) -> None:
+    HostPacer(Path("/nonexistent/kvprobe-pace.json"), **kw)  # type: ignore[arg-type]
+
+
+FLOAT_OPTIONS = [
+    (_manager, "lookup_timeout_s", InvalidValueError),
+    (_manager, "shutdown_timeout_s", InvalidValueError),
+    (_manager, "busy_call_hold_s", InvalidValueError),
+    (_manager, "chain_window_growth", InvalidValueError),
+    (_verdict_cache, "hit_ttl_s", InvalidValueError),
+    (_verdict_cache, "miss_ttl_s", InvalidValueError),
+    *((_pace, name, ValueError) for name in ("c", "beta", "floor", "burst_s", "window_min_s", "idle_s")),
+    *((_pace, name, ValueError) for name in ("max_hold_s", "start_rate")),
+    (_host_pace, "idle_reset_s", ValueError),
+]
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["huge", "minus-huge"])
+@pytest.mark.parametrize(
+    ("make", "name", "error"), FLOAT_OPTIONS, ids=[f"{m.__name__}-{n}" for m, n, _ in FLOAT_OPTIONS]
+)
+def test_a_huge_int_is_refused_naming_the_option(
+    make: Callable[..., None], name: str, error: type[Exception], sign: int
+) -> None:
+    with pytest.raises(error, match=name) as raised:
+        make(**{name: sign * 10**400})
+    assert not isinstance(raised.value, OverflowError)
+
+
+# Integer options take any size of int (none is converted to a float): a huge
+# one is a valid, if pointless, bound.
+INT_OPTIONS = [
+    (_manager, "max_stuck_calls"),
+    (_manager, "max_concurrent_groups"),
+    (_manager, "chain_window"),
+    (_verdict_cache, "max_entries"),
+    (_pace, "window_heads"),
+    (_pace, "holdoff_max"),
+]
+
+
+@pytest.mark.parametrize(("make", "name"), INT_OPTIONS, ids=[f"{m.__name__}-{n}" for m, n in INT_OPTIONS])
+def test_a_huge_int_bound_is_accepted(make: Callable[..., None], name: str) -> None:
+    make(**{name: 10**400})

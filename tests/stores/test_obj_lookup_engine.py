@@ -28,7 +28,7 @@ def test_one_failing_key_decides_no_other_keys_verdict() -> None:
     store = FakeStore(set(names[::2]), {"k5": 3})
     engine = _engine(store)
     try:
-        verdicts, answered, _ = engine.run(names, deadline_s=5)
+        verdicts, answered, _, _ = engine.run(names, deadline_s=5)
         assert answered == 64 and verdicts == [i % 2 == 0 for i in range(64)]
         c = engine.counters.snapshot()
         # k5's chunk failed once whole, then the half holding k5, then its
@@ -46,7 +46,7 @@ def test_a_key_failing_past_the_deadline_is_miss_by_cause_and_the_rest_answer() 
     engine = _engine(store)
     try:
         started = time.monotonic()
-        verdicts, answered, _ = engine.run(names, deadline_s=0.3)
+        verdicts, answered, _, _ = engine.run(names, deadline_s=0.3)
         assert time.monotonic() - started < 0.3 + 0.2
         assert answered == 39 and verdicts == [n != "k7" for n in names]
         assert engine.counters.snapshot()["miss_failing"] == 1
@@ -60,7 +60,7 @@ def test_the_deadline_stops_a_slow_store_and_counts_in_flight_and_not_started() 
     engine = _engine(store, agents=2)
     try:
         started = time.monotonic()
-        verdicts, answered, _ = engine.run(names, deadline_s=0.4)
+        verdicts, answered, _, _ = engine.run(names, deadline_s=0.4)
         assert time.monotonic() - started < 0.4 + 0.2
         c = engine.counters.snapshot()
         # 2 agents: chunks 1-2 answered at 0.25 s, chunks 3-4 still running at 0.4 s.
@@ -102,7 +102,7 @@ def test_a_small_group_does_not_wait_behind_a_large_one() -> None:
         while len(store.sizes) < 2:  # the large group is running, its chunks all queued
             time.sleep(0.001)
         queued_before = len(store.order)
-        verdicts, answered, _ = engine.run(small, 30)
+        verdicts, answered, _, _ = engine.run(small, 30)
         assert answered == 16 and all(verdicts)
         position = store.order.index("small0") - queued_before
         # One turn: at most one chunk of the large group per agent goes first.
@@ -216,7 +216,7 @@ def test_a_failed_query_keeps_the_pool_busy_with_large_parts_not_single_keys() -
     store = FakeStore(set(names), {"k0": 1})  # the whole chunk fails once
     engine = _engine(store)
     try:
-        verdicts, answered, _ = engine.run(names, deadline_s=5)
+        verdicts, answered, _, _ = engine.run(names, deadline_s=5)
         assert answered == 16 and all(verdicts)
         assert store.sizes == [16, 8, 8], store.sizes
     finally:
@@ -275,7 +275,7 @@ def test_later_retries_go_through_query_one_and_their_failures_are_classified() 
 
     engine = _engine(store, query_one=query_one, classify=classify)
     try:
-        verdicts, answered, _ = engine.run(names, deadline_s=5)
+        verdicts, answered, _, _ = engine.run(names, deadline_s=5)
         assert answered == 32 and all(verdicts)
         assert sorted(single) == ["k4", "k5", "k5"]  # attempts 4 (both) and 5 (k5): multi-key retries stayed on query
         c = engine.counters.snapshot()

@@ -418,7 +418,7 @@ def test_a_group_the_pace_cannot_serve_before_its_deadline_is_shed_at_once() -> 
     engine = _engine(store, pacer)
     try:
         started = time.monotonic()
-        verdicts, answered, shed = engine.run(names, deadline_s=20.0)
+        verdicts, answered, shed, _ = engine.run(names, deadline_s=20.0)
         assert time.monotonic() - started < 10.0, "the call waited for its deadline"
         assert verdicts == [False] * 64 and answered == 0 and shed == 64
         assert store.sizes == [], "a shed key was queried"
@@ -433,7 +433,7 @@ def test_a_group_is_served_as_far_as_the_pace_allows_and_the_rest_is_shed() -> N
     store = FakeStore(set(names[::2]), {})
     engine = _engine(store, Pacer(PaceCore(time.monotonic(), start_rate=32.0)))
     try:
-        verdicts, answered, shed = engine.run(names, deadline_s=1.0)
+        verdicts, answered, shed, _ = engine.run(names, deadline_s=1.0)
         c = engine.counters.snapshot()
         assert answered >= 16 and shed >= 160 and answered + shed + c["miss_in_flight"] == 320, c
         assert sum(store.sizes) == answered + c["miss_in_flight"], "a shed key was asked"
@@ -532,7 +532,7 @@ def test_concurrent_calls_take_turns_on_the_pace() -> None:
         runner.start()
         while len(store.sizes) < 2:
             time.sleep(0.001)
-        verdicts, answered, shed = engine.run(small, 3.0)
+        verdicts, answered, shed, _ = engine.run(small, 3.0)
         assert answered == 16 and all(verdicts) and shed == 0
         runner.join()
         big_result = results[0]

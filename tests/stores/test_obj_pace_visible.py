@@ -1,0 +1,110 @@
+"""The pace, visible to an operator (issue 39 part 4): its state in the snapshot and Prometheus, its recent decisions.
+
+``Pacer.trace()`` keeps the pace's last decisions (a decrease, one undone,
+a Retry-After hold), each with when it was made and the rate before and
+after it, bounded in length; ``snapshot()`` adds the rate the pace measured;
+:mod:`kvprobe.metrics` exports the rates as gauges.  No S3, no NIXL.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvprobe.backends._host_pace import HostPacer
+from kvprobe.backends._pacing import TRACE_LEN, PaceCore, Pacer
+
+
+def _overloaded_window(pacer: Pacer, *, queries: int = 40, heads: int = 16) -> None:
+    """A second's worth of queries, sent in the past, a quarter of them failed: one window judged."""
+    end = time.monotonic()
+    for i in range(queries):
+        sent = end - 1.0 + i / queries
+        if i % 4 == 3:
+            pacer.failed(sent, heads)
+        else:
+            pacer.answered(sent, heads)
+
+
+def _aged_pacer() -> Pacer:
+    return Pacer(PaceCore(time.monotonic() - 10.0))  # its first window opened before the sends below
+
+
+def test_a_decrease_is_traced_with_the_rate_before_and_after() -> None:
+    pacer = _aged_pacer()
+    assert pacer.trace() == []
+    started = time.monotonic()
+    _overloaded_window(pacer)
+    (event,) = pacer.trace()
+    assert event["decision"] == "decrease" and event["rate_before"] is None  # from unpaced
+    assert isinstance(event["rate_after"], float) and event["rate_after"] == pytest.approx(pacer.snapshot()["rate"])
+    assert started <= float(event["at"]) <= time.monotonic()
+    assert pacer.snapshot()["decreases"] == 1
+
+
+def test_a_hold_is_traced_with_its_length_and_the_trace_is_bounded() -> None:
+    pacer = Pacer()
+    for i in range(TRACE_LEN + 10):
+        pacer.failed(time.monotonic(), 1, retry_after_s=0.1 * (i + 1))  # each one holds longer: a new hold
+    trace = pacer.trace()
+    assert len(trace) == TRACE_LEN and {e["decision"] for e in trace} == {"hold"}
+    assert float(trace[-1]["hold_s"]) == pytest.approx(0.1 * (TRACE_LEN + 10), abs=0.05)  # the newest kept, last
+    assert pacer.snapshot()["holds"] == TRACE_LEN + 10  # the counters keep counting
+
+
+def test_answers_that_change_nothing_trace_nothing() -> None:
+    pacer = _aged_pacer()
+    for _ in range(5):
+        pacer.answered(time.monotonic() - 0.5, 16)
+    pacer.reserve(16)
+    assert pacer.trace() == []
+
+
+def test_the_snapshot_has_the_measured_rate() -> None:
+    pacer = _aged_pacer()
+    assert pacer.snapshot()["measured"] == 0.0
+    _overloaded_window(pacer)
+    measured = pacer.snapshot()["measured"]
+    assert isinstance(measured, float) and measured > 0.0
+
+
+def test_a_host_pace_traces_the_decisions_of_this_process(tmp_path: Path) -> None:
+    pacer = HostPacer(tmp_path / "pace.json")
+    pacer.failed(time.monotonic(), 1, retry_after_s=5.0)
+    other = HostPacer(tmp_path / "pace.json")
+    assert [e["decision"] for e in pacer.trace()] == ["hold"] and other.trace() == []  # made here, not there
+    assert other.snapshot()["holds"] == 1  # while the counters are the host's
+
+
+class _Tier:
+    def __init__(self, pacer: Pacer) -> None:
+        self.pacer = pacer
+
+    @property
+    def pacing(self) -> dict[str, Any]:
+        return self.pacer.snapshot()
+
+    def batch_lookup(self, keys: list[bytes], req_context: object) -> list[bool]:
+        return [False] * len(keys)
+
+
+def test_the_pace_rates_are_exported_as_gauges() -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+
+    from kvprobe.metrics import LookupMetrics
+    from kvprobe.statemachine import AsyncLookupManager
+
+    pacer = _aged_pacer()
+    _overloaded_window(pacer)
+    registry = CollectorRegistry()
+    with AsyncLookupManager(_Tier(pacer), name="obj") as m:
+        LookupMetrics(m).register(registry)
+        snap = pacer.snapshot()
+        for name in ("rate", "w_max", "measured"):
+            value = registry.get_sample_value(f"kvprobe_backend_pace_{name}", {"tier": "obj"})
+            assert value == pytest.approx(snap[name], rel=0.01), name
+        assert registry.get_sample_value("kvprobe_backend_pace_decreases_total", {"tier": "obj"}) == 1
