@@ -101,7 +101,8 @@ run_tests() {
     export KVPROBE_REQUIRE_VLLM=1
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_differences.py || status=1
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_release_tier_poll.py || status=1
-    "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_tiers.py tests/engine/test_vllm_tiers_config.py || status=1
+    "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_tiers.py tests/engine/test_vllm_tiers_config.py \
+        tests/engine/test_vllm_tiers_bench.py || status=1
     rm -rf "$work"
     return "$status"
 }
