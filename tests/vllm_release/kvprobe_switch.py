@@ -14,6 +14,14 @@ still fail, so one that starts passing is reported, and a listed test that
 no longer exists is an error.  Everything else must pass (or skip by the
 test's own decision, as the ``fs_io_C`` tests do without CUDA).
 
+``--lookup-manager=tiers`` runs them on kvprobe's own tier classes
+(``kvprobe.integrations.vllm.tiers``): vLLM's ``FileSystemTierManager`` and
+``ObjectStoreSecondaryTierManager`` are replaced, in vLLM's modules and so in
+the tests', by ``FsTier`` and by ``ObjTier`` (see :mod:`tier_doubles` for
+the one thing changed there: the tests' mock NIXL agent answers kvprobe's
+lookups too).  The tests listed in ``tiers_expected_failures.toml`` must fail,
+the others pass, as above.
+
 At the end it prints a tally per test file, and checks that the tiers
 really run on the class asked for.
 """
@@ -30,6 +38,7 @@ import pytest
 import tomllib
 
 LIST_FILE = Path(__file__).with_name("private_fields.toml")
+TIERS_LIST_FILE = Path(__file__).with_name("tiers_expected_failures.toml")
 SWITCHED_MODULE = "vllm.v1.kv_offload.tiering.async_lookup"
 #: Tier modules that subclass the lookup manager: they must be imported after the switch.
 TIER_MODULES = ("vllm.v1.kv_offload.tiering.fs.manager", "vllm.v1.kv_offload.tiering.obj.manager")
@@ -40,19 +49,22 @@ OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--lookup-manager",
-        choices=("kvprobe", "vllm"),
+        choices=("kvprobe", "vllm", "tiers"),
         default="kvprobe",
-        help="the AsyncLookupManager the tiers run on: kvprobe's drop-in (default) or vLLM's own",
+        help="the AsyncLookupManager the tiers run on: kvprobe's drop-in (default) or vLLM's own; "
+        "or 'tiers': vLLM's tier classes replaced by kvprobe's ObjTier and FsTier",
     )
 
 
-def _load_list() -> list[dict[str, Any]]:
-    with LIST_FILE.open("rb") as f:
-        entries: list[dict[str, Any]] = tomllib.load(f)["test"]
+def _load_list(
+    path: Path = LIST_FILE, required: frozenset[str] = frozenset({"id", "fields", "reason"})
+) -> list[dict[str, Any]]:
+    with path.open("rb") as f:
+        entries: list[dict[str, Any]] = tomllib.load(f).get("test", [])
     for entry in entries:
-        missing = {"id", "fields", "reason"} - entry.keys()
+        missing = required - entry.keys()
         if missing:
-            raise pytest.UsageError(f"{LIST_FILE.name}: entry {entry.get('id', entry)!r} lacks {sorted(missing)}")
+            raise pytest.UsageError(f"{path.name}: entry {entry.get('id', entry)!r} lacks {sorted(missing)}")
     return entries
 
 
@@ -67,7 +79,15 @@ def pytest_configure(config: pytest.Config) -> None:
         import kvprobe.integrations.vllm
 
         vllm_async_lookup.AsyncLookupManager = kvprobe.integrations.vllm.AsyncLookupManager  # type: ignore[misc]
-    config.pluginmanager.register(ReleaseRun(mode, _load_list() if mode == "kvprobe" else []), "kvprobe-release-run")
+        entries = _load_list()
+    elif mode == "tiers":
+        import tier_doubles
+
+        tier_doubles.install()
+        entries = _load_list(TIERS_LIST_FILE, frozenset({"id", "reason"}))
+    else:
+        entries = []
+    config.pluginmanager.register(ReleaseRun(mode, entries), "kvprobe-release-run")
 
 
 def _test_name(nodeid: str) -> str:
@@ -104,7 +124,9 @@ class ReleaseRun:
             if entry is None:
                 continue
             matched.add(entry["id"])
-            reason = f"reads vLLM's private {', '.join(entry['fields'])}: {entry['reason']}"
+            reason = entry["reason"]
+            if "fields" in entry:
+                reason = f"reads vLLM's private {', '.join(entry['fields'])}: {reason}"
             item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
             if entry.get("waits_forever", False):
                 item.add_marker(pytest.mark.timeout(entry.get("timeout_s", 5)))
@@ -127,17 +149,29 @@ class ReleaseRun:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        wanted = "kvprobe.integrations.vllm" if self.mode == "kvprobe" else SWITCHED_MODULE
-        bases = _tier_bases().items()
-        self.wrong_bases = [f"{cls} subclasses {base}" for cls, base in bases if not base.startswith(wanted)]
+        if self.mode == "tiers":
+            import tier_doubles
+
+            self.wrong_bases = tier_doubles.not_installed()
+        else:
+            wanted = "kvprobe.integrations.vllm" if self.mode == "kvprobe" else SWITCHED_MODULE
+            bases = _tier_bases().items()
+            self.wrong_bases = [f"{cls} subclasses {base}" for cls, base in bases if not base.startswith(wanted)]
         if self.wrong_bases:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         write = terminalreporter.write_line
-        terminalreporter.section(f"vLLM release tier tests on {self.mode}'s AsyncLookupManager")
-        for cls, base in _tier_bases().items():
-            write(f"{cls} subclasses {base}")
+        if self.mode == "tiers":
+            terminalreporter.section("vLLM release tier tests on kvprobe's ObjTier and FsTier")
+            import tier_doubles
+
+            for line in tier_doubles.installed():
+                write(line)
+        else:
+            terminalreporter.section(f"vLLM release tier tests on {self.mode}'s AsyncLookupManager")
+            for cls, base in _tier_bases().items():
+                write(f"{cls} subclasses {base}")
         for line in self.wrong_bases:
             write(f"ERROR: {line}, not the class asked for")
         for file, counts in sorted(self.tally.items()):

@@ -15,9 +15,11 @@
 #        repository.  Runs them on vLLM's own AsyncLookupManager (the
 #        as-shipped baseline: all must pass) and then with the one-line
 #        switch to kvprobe's drop-in (kvprobe_switch.py; the tests listed in
-#        private_fields.toml must fail, the others pass), and finally this
+#        private_fields.toml must fail, the others pass), then the fs and obj
+#        tests on kvprobe's own ObjTier and FsTier (tiers_expected_failures.toml
+#        lists the ones that must fail), and finally this
 #        repository's tests that need the release: the differences from vLLM's
-#        own class, and the tier-poll thread scenario.
+#        own class, the tier-poll thread scenario, and kvprobe's tiers in vLLM.
 #
 # Another vLLM release: VLLM_VERSION=0.34.0 tests/vllm_release/run.sh
 # (docs/vllm.md says what to check).  Needs Python 3.11+ and PyPI.
@@ -48,6 +50,7 @@ setup() {
     # vLLM's metadata asks for far more (and for other torch and other
     # versions): pip lists those unmet requirements here, as expected.
     "${pip[@]}" install -q -r "$HERE/requirements.txt"
+    "${pip[@]}" install -q --no-deps nixl==1.5.1  # vLLM's `import nixl` (requirements.txt)
     "$VENV/bin/python" -c "import vllm.v1.kv_offload.tiering.fs.manager, vllm.v1.kv_offload.tiering.obj.manager"
     echo "$stamp" >"$marker"
     echo "vLLM $VLLM_VERSION venv $VENV ready in $((SECONDS - start)) s"
@@ -90,12 +93,16 @@ run_tests() {
     (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=vllm "${TEST_FILES[@]}") || status=1
     echo "== the same tests with the one-line switch to kvprobe's drop-in"
     (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=kvprobe "${TEST_FILES[@]}") || status=1
+    echo "== the fs and obj tier tests on kvprobe's own tiers (ObjTier, FsTier; tiers_expected_failures.toml)"
+    (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=tiers test_fs_tier.py test_obj_tier.py) || status=1
     # Two runs: the tier-poll test switches vLLM's module to the drop-in, the
     # differences test needs vLLM's own class.
     echo "== this repository's tests that need vLLM $VLLM_VERSION"
     export KVPROBE_REQUIRE_VLLM=1
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_differences.py || status=1
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_release_tier_poll.py || status=1
+    "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_tiers.py tests/engine/test_vllm_tiers_config.py \
+        tests/engine/test_vllm_tiers_bench.py || status=1
     rm -rf "$work"
     return "$status"
 }
