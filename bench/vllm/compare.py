@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR, machine
-from bench.fleet_rgw import UNCAPPED, Setup, engine_plans, stored_prefixes
-from bench.fleet_rgw_engine import CHAIN, prompt_keys
+from bench.fleet.rgw import UNCAPPED, Setup, engine_plans, stored_prefixes
+from bench.fleet.rgw_engine import CHAIN, prompt_keys
 from bench.vllm.engine import MODES, PREFIX, offloading_spec
 
 __all__ = ["figures", "fill_store", "main", "run_mode", "table"]

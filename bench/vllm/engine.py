@@ -31,7 +31,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from bench.fleet_rgw_engine import prompt_keys
+from bench.fleet.rgw_engine import prompt_keys
 
 __all__ = ["MODES", "PREFIX", "TOKENS_PER_BLOCK", "main", "offloading_spec", "run", "tier_config"]
 
