@@ -8,13 +8,13 @@ builds)::
 
 * a single-node Ceph RGW (:class:`kvprobe.testing.rgw.RgwServer`) holding a
   pool of 64-block prompts, each with a stored prefix of 0 to 64 blocks
-  (:func:`bench.fleet_rgw.stored_prefixes`), PUT under the names vLLM's obj
+  (:func:`bench.fleet.rgw.stored_prefixes`), PUT under the names vLLM's obj
   tier gives them (its ``FileMapper``, prefix ``fleet``);
 * in front of it, :class:`kvprobe.testing.faultproxy.FaultProxy` capping
   HEADs at ``--head-rate`` (``503 SlowDown`` beyond), counting the HEADs;
 * per seed and per mode (:data:`bench.vllm.engine.MODES`), ``--engines``
   engine processes (:mod:`bench.vllm.engine`) with the same Poisson arrivals
-  (:func:`bench.fleet_rgw.engine_plans`), scanning with vLLM's own
+  (:func:`bench.fleet.rgw.engine_plans`), scanning with vLLM's own
   ``_maximal_prefix_lookup``.
 
 It prints, per mode, side by side: stored prefixes **found** (decided with
