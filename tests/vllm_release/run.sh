@@ -96,6 +96,7 @@ run_tests() {
     export KVPROBE_REQUIRE_VLLM=1
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_differences.py || status=1
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_release_tier_poll.py || status=1
+    "$VENV/bin/python" -m pytest -q -s tests/engine/test_vllm_release_positions.py || status=1
     # Needs NIXL and moto in $VENV (pip install nixl==1.5.1 nixl-cu12==1.5.1 'moto[server]').
     "$VENV/bin/python" -m pytest -q tests/engine/test_exit_in_flight.py || status=1
     rm -rf "$work"
