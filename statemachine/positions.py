@@ -25,7 +25,8 @@ request holds for the keys before it:
   search (:func:`kvprobe.statemachine.inferred.next_position`) probes next.
 * :data:`DEFER`: further on than that.  No probe, no state; the key answers
   "not known yet" and the scheduler asks again next step, when the keys
-  before it may have resolved.
+  before it may have resolved.  (A known miss between the window's end and
+  the key is not looked for: the key is not probed either way.)
 * :data:`INFERRED_HIT` (inferred mode only): the search knows a key at or
   after it stored, so in a prefix-closed store it is stored too.  No probe.
 
@@ -132,16 +133,20 @@ def decide(chain: list[Key], rank: int, verdict: Verdicts, first: int, growth: f
     """
     if search:
         return _decide_inferred(chain, rank, verdict)
-    first_unknown = -1
+    # Reads the keys before it up to the end of the first unknown key's
+    # window at most: a key past that end is deferred whatever lies between
+    # (a miss there would also mean no probe), so a deferred key costs the
+    # stored prefix plus one window, not its whole rank.
+    window_ends = -1  # the end of the first unknown key's window, once met
     for before in range(rank):
+        if 0 <= window_ends <= before:
+            return DEFER
         known = verdict(chain[before])
         if known is False:
             return PAST_MISS
-        if known is None and first_unknown < 0:
-            first_unknown = before
-    if first_unknown < 0 or first == ALL or rank < window_end(first, first_unknown, growth):
-        return PROBE
-    return DEFER
+        if known is None and window_ends < 0 and first != ALL:
+            window_ends = window_end(first, before, growth)
+    return DEFER if 0 <= window_ends <= rank else PROBE
 
 
 def _decide_inferred(chain: list[Key], rank: int, verdict: Verdicts) -> Decision:

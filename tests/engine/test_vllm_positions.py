@@ -76,6 +76,18 @@ def test_inferred_rule_follows_the_search() -> None:
     assert decide(KEYS, 50, verdicts_of({**galloped, 47: False}), 16, 2.0, True) is PAST_MISS
 
 
+def test_a_deferred_key_reads_the_stored_prefix_and_one_window_at_most() -> None:
+    chain = [i.to_bytes(4, "big") + bytes(4) for i in range(4000)]
+    reads: list[bytes] = []
+
+    def stored_below_100(key: bytes) -> bool | None:
+        reads.append(key)
+        return True if int.from_bytes(key[:4], "big") < 100 else None
+
+    assert decide(chain, 3999, stored_below_100, 16, 2.0, False) is DEFER
+    assert len(reads) == window_end(16, 100, 2.0)  # not 3999
+
+
 def test_book_orders_keys_by_position_per_lane() -> None:
     book = PositionBook()
     other_lane = b"\x00" * 8 + (1).to_bytes(4, "big")
