@@ -32,26 +32,10 @@ def vllm_obj_tier(endpoint: str, bucket: str, switch: bool) -> Any:
         from kvprobe.integrations.vllm import AsyncLookupManager
 
         vllm_async_lookup.AsyncLookupManager = AsyncLookupManager  # type: ignore[misc]
-    from vllm.v1.kv_offload.base import OffloadingKVEventsConfig
-    from vllm.v1.kv_offload.config import (
-        OffloadingCacheConfig,
-        OffloadingConfig,
-        OffloadingModelConfig,
-        OffloadingParallelConfig,
-    )
     from vllm.v1.kv_offload.tiering.obj.manager import ObjectStoreSecondaryTierManager
+    from vllm_offloading_spec import offloading_spec
 
-    parallel = OffloadingParallelConfig(
-        rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1, data_parallel_index=0,
-        data_parallel_size=1, data_parallel_rank_local=None, is_parallelism_agnostic=False,
-    )  # fmt: skip
-    config = OffloadingConfig(
-        groups=(), worker_kv_bytes_per_block=0, enable_kv_cache_events=False, extra_config={},
-        engine_id="kvprobe-exit", model=OffloadingModelConfig(name="kvprobe/exit", dtype="float16"),
-        cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1), parallel=parallel,
-    )  # fmt: skip
-    events = OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False)
-    spec = SimpleNamespace(config=config, blocks_per_chunk=1, kv_events_config=events)
+    spec = offloading_spec("kvprobe-exit")
     region = mmap.mmap(-1, 8 * mmap.PAGESIZE)
     view = memoryview(region).cast("B", (8, mmap.PAGESIZE))
     host = endpoint.split("//", 1)[1]

@@ -31,15 +31,10 @@ if os.environ.get("KVPROBE_REQUIRE_VLLM") != "1":
 
 import vllm.v1.kv_offload.tiering.async_lookup as vllm_async_lookup
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
-from vllm.v1.kv_offload.base import OffloadingKVEventsConfig, ReqContext, make_offload_key
-from vllm.v1.kv_offload.config import (
-    OffloadingCacheConfig,
-    OffloadingConfig,
-    OffloadingModelConfig,
-    OffloadingParallelConfig,
-)
+from vllm.v1.kv_offload.base import ReqContext, make_offload_key
 from vllm.v1.kv_offload.tiering.base import ScheduleEndContext
 from vllm.v1.kv_offload.tiering.fs import manager as vllm_fs
+from vllm_offloading_spec import offloading_spec
 
 from kvprobe.integrations.vllm import AsyncLookupManager
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH, window_end
@@ -65,20 +60,6 @@ def switched_fs_module() -> ModuleType:
     return module
 
 
-def offloading_spec() -> SimpleNamespace:
-    parallel = OffloadingParallelConfig(
-        rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1, data_parallel_index=0,
-        data_parallel_size=1, data_parallel_rank_local=None, is_parallelism_agnostic=False,
-    )  # fmt: skip
-    config = OffloadingConfig(
-        groups=(), worker_kv_bytes_per_block=0, enable_kv_cache_events=False, extra_config={},
-        engine_id="kvprobe-positions", model=OffloadingModelConfig(name="kvprobe/positions", dtype="float16"),
-        cache=OffloadingCacheConfig(tokens_per_hash=TOKENS_PER_CHUNK, blocks_per_chunk=1), parallel=parallel,
-    )  # fmt: skip
-    events = OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False)
-    return SimpleNamespace(config=config, blocks_per_chunk=1, kv_events_config=events)
-
-
 class FsRun:
     """One fs tier (from ``module``) on ``root``; counts the keys each request's batch_lookup calls got."""
 
@@ -86,9 +67,13 @@ class FsRun:
         self._region = mmap.mmap(-1, 8 * mmap.PAGESIZE)
         view = memoryview(self._region).cast("B", (8, mmap.PAGESIZE))
         self.tier = module.FileSystemTierManager(
-            offloading_spec=offloading_spec(), primary_kv_view=view, tier_type="fs", root_dir=str(root),
-            n_read_threads=1, n_write_threads=1,
-        )  # fmt: skip
+            offloading_spec=offloading_spec("kvprobe-positions", TOKENS_PER_CHUNK),
+            primary_kv_view=view,
+            tier_type="fs",
+            root_dir=str(root),
+            n_read_threads=1,
+            n_write_threads=1,
+        )
         self.heads: dict[str, int] = {}
         lookups = self.tier._lookup_manager
         original = lookups.batch_lookup
