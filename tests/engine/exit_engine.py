@@ -1,13 +1,15 @@
 """An engine process that exits while its lookups are in flight (run as a script by the exit tests).
 
-    python tests/engine/exit_engine.py ENDPOINT BUCKET {vllm-switch|vllm-own|native} REQUESTS
+    python tests/engine/exit_engine.py ENDPOINT BUCKET {vllm-switch|vllm-own|native}[+shutdown] REQUESTS
 
 ``vllm-switch`` builds vLLM 0.33's object tier (real NIXL OBJ) after the
 one-line switch to kvprobe's drop-in, ``vllm-own`` the same tier on vLLM's
 own lookup class, ``native`` kvprobe's own manager on ``NixlObjBackend``.
 Each starts ``REQUESTS`` requests of 64 absent keys, flushes them to the
 worker, waits a moment (the calls reach the store), prints ``submitted`` and returns from the script without any
-shutdown: the interpreter exits while the store still holds the HEADs.
+shutdown (with ``+shutdown``: after the tier's or the manager's own
+``shutdown``, which gives up on a call after its timeout): the interpreter
+exits while the store still holds the HEADs.
 The process's exit code is what the tests judge.
 """
 
@@ -25,7 +27,7 @@ IN_FLIGHT_S = 0.3
 
 
 def vllm_obj_tier(endpoint: str, bucket: str, switch: bool) -> Any:
-    """vLLM's obj tier's lookup manager, on the drop-in when ``switch``."""
+    """vLLM's obj tier (its lookup manager is ``_lookup_manager``), on the drop-in when ``switch``."""
     import vllm.v1.kv_offload.tiering.async_lookup as vllm_async_lookup
 
     if switch:
@@ -41,8 +43,7 @@ def vllm_obj_tier(endpoint: str, bucket: str, switch: bool) -> Any:
     host = endpoint.split("//", 1)[1]
     store = {"bucket": bucket, "endpoint_override": host, "access_key": "kvprobe-test",
              "secret_key": "kvprobe-test-secret", "region": "us-east-1", "scheme": "http"}  # fmt: skip
-    tier = ObjectStoreSecondaryTierManager(spec, view, "obj", store_config=store)
-    return tier._lookup_manager
+    return ObjectStoreSecondaryTierManager(spec, view, "obj", store_config=store)
 
 
 def native_manager(endpoint: str, bucket: str) -> Any:
@@ -58,10 +59,12 @@ def native_manager(endpoint: str, bucket: str) -> Any:
 
 
 def main(endpoint: str, bucket: str, kind: str, requests: int) -> None:
+    kind, _, then = kind.partition("+")
     if kind == "native":
-        manager = native_manager(endpoint, bucket)
+        owner = manager = native_manager(endpoint, bucket)
     else:
-        manager = vllm_obj_tier(endpoint, bucket, switch=kind == "vllm-switch")
+        owner = vllm_obj_tier(endpoint, bucket, switch=kind == "vllm-switch")
+        manager = owner._lookup_manager
     for r in range(requests):
         ctx = SimpleNamespace(req_id=f"exit-{r}")
         for i in range(KEYS_PER_REQUEST):
@@ -69,6 +72,8 @@ def main(endpoint: str, bucket: str, kind: str, requests: int) -> None:
         manager.flush()
     time.sleep(IN_FLIGHT_S)
     print("submitted", flush=True)
+    if then == "shutdown":
+        owner.shutdown()
 
 
 if __name__ == "__main__":

@@ -64,11 +64,11 @@ def run_engines(kind: str, bucket_name: str) -> list[tuple[int, str]]:
     return results
 
 
-@pytest.mark.parametrize("kind", ["vllm-switch"])
+@pytest.mark.parametrize("kind", ["vllm-switch", "vllm-switch+shutdown"])
 def test_vllm_obj_tier_on_the_drop_in_exits_cleanly_with_lookups_in_flight(kind: str) -> None:
     required = os.environ.get("KVPROBE_REQUIRE_VLLM") == "1"
     _skip_or_fail(_missing("vllm", "nixl", "moto"), required)
-    results = run_engines(kind, "kvprobe-exit-vllm")
+    results = run_engines(kind, f"kvprobe-exit-{kind.replace('+', '-')}")
     assert [code for code, _ in results] == [0] * PROCESSES, results
 
 
