@@ -2,7 +2,8 @@
 
 Each process (``exit_engine.py`` beside this file) starts lookups on a NIXL
 object store behind a throttling, slow proxy and lets the interpreter exit
-without any shutdown.  Before kvprobe's exit hook
+(without any shutdown, or after the tier's own, which gives up on a call
+after its timeout).  Before kvprobe's exit hook
 (``kvprobe.statemachine.threaded_worker.stop_live_workers``) a worker thread
 was still inside NIXL's ``query_memory`` when the interpreter finalized and
 every such process died of SIGABRT ("terminate called without an active

@@ -216,6 +216,38 @@ def test_no_key_past_a_known_miss_is_submitted(stored: set[int], order_steps: li
     past_a_known_miss(CountingTier, stored, order_steps, first)
 
 
+@settings(max_examples=60)
+@given(
+    prefix=st.integers(0, 24),
+    beyond=st.sets(st.integers(0, 23)),
+    first=st.sampled_from([1, 2, 4, 16]),
+    mode=st.sampled_from(["exact", "inferred"]),
+)
+def test_vllm_scan_decides_the_exact_prefix(prefix: int, beyond: set[int], first: int, mode: str) -> None:
+    decides_the_exact_prefix(CountingTier, prefix, beyond, first, mode)
+
+
+def decides_the_exact_prefix(
+    tier_class: type[CountingTier], prefix: int, beyond: set[int], first: int, mode: str
+) -> None:
+    """Liveness and exactness: while the scan keeps asking, it decides, and finds the stored prefix.
+
+    Exact mode gets stored keys after the first missing one too (``beyond``);
+    inferred mode prefix-closed stores only (its assumption).
+    """
+    keys = chain_keys(6, 24)
+    stored = set(range(prefix)) | ({i for i in beyond if i > prefix} if mode == "exact" else set())
+    tier = make_tier([keys[i] for i in stored], tier_class, chain_window=first, chain_mode=mode)
+    ctx = PositionedContext("r1")
+    ctx.record(keys)
+    assert scan_until_decided(tier, keys, ctx, steps=60) == prefix
+    if mode == "exact":  # the windows up to the one holding the miss
+        assert len(probed(tier)) == (24 if prefix == 24 else min(24, window_end(first, prefix, 2.0)))
+    else:  # galloping then bisection, one key at a time
+        assert len(probed(tier)) <= 2 * 5 + 2
+    tier.shutdown()
+
+
 # --- named mutants of the rule ------------------------------------------------------
 
 
@@ -253,6 +285,16 @@ def test_mutant_probes_past_a_known_miss_is_found_by_the_property() -> None:
         past_a_known_miss(ProbesPastAKnownMiss, stored, order_steps, 4)
 
     with pytest.raises(AssertionError, match="submitted after a known miss"):
+        check()
+
+
+def test_mutant_never_opens_the_window_is_found_by_the_property() -> None:
+    @settings(max_examples=60, derandomize=True, database=None)
+    @given(prefix=st.integers(0, 24), first=st.sampled_from([1, 2, 4, 16]))
+    def check(prefix: int, first: int) -> None:
+        decides_the_exact_prefix(NeverOpensTheWindow, prefix, set(), first, "exact")
+
+    with pytest.raises(AssertionError, match="undecided"):
         check()
 
 
