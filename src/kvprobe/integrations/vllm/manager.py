@@ -221,6 +221,7 @@ class AsyncLookupManager(abc.ABC):
         self._after_shutdown: AfterShutdownTable | None = None
         #: Test compatibility (read-only view): ``empty()`` as on vLLM's queue of results.
         self._pending_results = PublishedResults(self._manager.core)
+        self._native_lookup = self._manager.lookup
         self._bind_fast_lookup(self._positioned_lookup)
 
     def _bind_fast_lookup(self, lookup: Any) -> None:
@@ -265,16 +266,24 @@ class AsyncLookupManager(abc.ABC):
         return self._positioned_lookup(key, req_context)
 
     def _positioned_lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+        # The scheduler's hot path: a context without positions, and a key
+        # the request already holds, go straight to the native lookup (the
+        # core's own method when nothing is checked or traced).
+        native = self._native_lookup
+        position_of = getattr(req_context, "get_offload_key_position", None)
+        if position_of is None or type(key) is not bytes:
+            return native(key, req_context)  # no positions: as without them (bad input is refused there)
         manager = self._manager
         core = manager.core
         req_id = getattr(req_context, "req_id", None)
-        state = core.states.get(key) if type(key) is bytes else None
+        if type(req_id) is not str:
+            return native(key, req_context)  # refused there, with the error the contract names
+        state = core.states.get(key)
         if state is not None and req_id in state.waiters:
-            return manager.lookup(key, req_context)  # held: its verdict (results applied first)
-        position_of = getattr(req_context, "get_offload_key_position", None)
-        position = position_of(key) if callable(position_of) and type(key) is bytes else None
-        if type(position) is not int or type(req_id) is not str:
-            return manager.lookup(key, req_context)  # no position: probed as without one (and checked there)
+            return native(key, req_context)  # held: its verdict (results applied first)
+        position = position_of(key)
+        if type(position) is not int:
+            return native(key, req_context)  # no position for this key: probed as without one
         if core.inbox:
             manager.drain_results()
         book = self._books.get(req_id)
@@ -295,7 +304,7 @@ class AsyncLookupManager(abc.ABC):
             return False
         if decision is INFERRED_HIT:
             return True
-        return manager.lookup(key, req_context)
+        return native(key, req_context)
 
     def flush(self) -> None:
         """End of step: apply published results, then hand this step's new keys to the worker.
