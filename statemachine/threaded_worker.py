@@ -13,6 +13,7 @@ beside running calls is :mod:`kvprobe.statemachine.cpu_gate`.
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
@@ -43,7 +44,7 @@ from kvprobe.statemachine.worker_base import (
     probe_group,
 )
 
-__all__ = ["DEFAULT_CONCURRENT_GROUPS", "ThreadedWorker"]
+__all__ = ["DEFAULT_CONCURRENT_GROUPS", "EXIT_WAIT_S", "ThreadedWorker", "stop_live_workers"]
 
 _STOP = object()
 
@@ -51,6 +52,15 @@ _STOP = object()
 #: group from holding back the fast ones behind it while keeping threads few
 #: (the machine a scheduler runs on has other work).
 DEFAULT_CONCURRENT_GROUPS = 4
+
+#: How long the exit hook waits, in all, for backend calls still running.
+#: A call still inside NIXL when the interpreter finalizes aborts the
+#: process ("terminate called without an active exception": the thread
+#: coming back for the GIL is ended by an unwind through C++); one
+#: ``query_memory`` of vLLM's object tier (64 HEADs on its 4 I/O threads,
+#: half of them throttled and retried by the AWS SDK) was measured at 10 s.
+#: A call that outlives the wait still aborts the process.
+EXIT_WAIT_S = 30.0
 
 
 def _backend_cpu(backend: Backend | None) -> Callable[[int], float] | None:
@@ -453,6 +463,38 @@ class ThreadedWorker:
 
 
 _LIVE_WORKERS: weakref.WeakSet[ThreadedWorker] = weakref.WeakSet()
+
+
+def stop_live_workers(wait_s: float) -> list[threading.Thread]:
+    """Stop every threaded worker of this process and wait for their backend calls to return.
+
+    Each worker is stopped as :meth:`ThreadedWorker.stop` does (groups not
+    started are dropped, nothing more is published, callers end when their
+    call returns); then every worker thread is joined, all of them within
+    ``wait_s`` seconds in total.  Returns the threads still running then
+    (their calls outlived the wait).  Never raises.
+    """
+    workers = [worker for worker in list(_LIVE_WORKERS) if worker._pid == os.getpid()]
+    for worker in workers:
+        worker.stop(0.0)
+    deadline = time.monotonic() + wait_s
+    me = threading.current_thread()
+    left: list[threading.Thread] = []
+    for worker in workers:
+        for thread in worker.threads:
+            if thread is not me:
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    left.append(thread)
+    return left
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    # Daemon threads left inside a backend's C++ call (NIXL) while the
+    # interpreter finalizes make the process abort: wait for them here,
+    # before finalization, whether or not the managers were shut down.
+    stop_live_workers(EXIT_WAIT_S)
 
 
 def _workers_after_fork() -> None:

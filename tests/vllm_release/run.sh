@@ -103,6 +103,8 @@ run_tests() {
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_release_tier_poll.py || status=1
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_tiers.py tests/engine/test_vllm_tiers_config.py \
         tests/engine/test_vllm_tiers_bench.py || status=1
+    "$VENV/bin/python" -m pytest -q -s tests/engine/test_vllm_release_positions.py || status=1
+    "$VENV/bin/python" -m pytest -q tests/engine/test_exit_in_flight.py || status=1
     rm -rf "$work"
     return "$status"
 }

@@ -28,17 +28,18 @@ import abc
 import logging
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from kvprobe.integrations.vllm.after_shutdown import AfterShutdownTable
 from kvprobe.integrations.vllm.compat import LookupPhase, LookupState, PublishedResults, state_snapshot
 from kvprobe.statemachine.core import LookupCore
+from kvprobe.statemachine.inferred import searches
 from kvprobe.statemachine.inputs import key_list
 from kvprobe.statemachine.manager import AsyncLookupManager as KvprobeManager, WorkerChoice
+from kvprobe.statemachine.positions import DEFER, INFERRED_HIT, PAST_MISS, PositionBook, PositionRule, decide
 from kvprobe.statemachine.trace import TraceSink
 from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError, Key, ManagerClosedError, Stats
 from kvprobe.statemachine.verdict_cache import VerdictCache
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH
 from kvprobe.statemachine.workers import DEFAULT_HOLD_S, ThreadedWorker
 
 __all__ = ["AsyncLookupManager", "LookupPhase", "LookupState"]
@@ -62,6 +63,11 @@ class _SubclassBackend:
 
     def __init__(self, tier: AsyncLookupManager) -> None:
         self._tier = tier
+
+    @property
+    def chain_schedule(self) -> object:
+        """The tier's preferred ``(first window, growth)``: its class's ``chain_schedule``, if any."""
+        return getattr(type(self._tier), "chain_schedule", None)
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> Iterable[bool]:
         result = self._tier.batch_lookup(list(keys), req_context)
@@ -138,9 +144,15 @@ class AsyncLookupManager(abc.ABC):
             name: ``"exact"`` (default) or ``"inferred"``, for tiers written
             in chain order (:meth:`lookup_chain` then searches for the
             stored prefix's end; :mod:`kvprobe.statemachine.inferred`).
+        chain_window: kvprobe extra, the native manager's option of that
+            name: the first window of :meth:`lookup_chain` and of positioned
+            lookups (keys), or ``"all"``.  Not given: the tier class's
+            ``chain_schedule`` attribute (a ``(first window, growth)`` pair),
+            if it has one, else 16.
         chain_window_growth: kvprobe extra, the native manager's option of
-            that name: how much each window of :meth:`lookup_chain` grows on
-            the one before (default 2: each twice the one before).
+            that name: how much each window grows on the one before.  Not
+            given: the tier class's ``chain_schedule``, else 2 (each twice
+            the one before).
         verdict_cache: kvprobe extra, the native manager's option of that
             name: None (default, as vLLM: every request probes afresh) or a
             :class:`~kvprobe.statemachine.verdict_cache.VerdictCache`
@@ -158,6 +170,10 @@ class AsyncLookupManager(abc.ABC):
             or ``"inferred"``.
     """
 
+    #: The rule for positioned keys (:func:`kvprobe.statemachine.positions.decide`), held
+    #: in a tuple so that it is not bound as a method; the tests' mutants override it.
+    position_rule: ClassVar[tuple[PositionRule]] = (decide,)
+
     def __init__(
         self,
         tier_type: str,
@@ -173,7 +189,8 @@ class AsyncLookupManager(abc.ABC):
         trace: TraceSink | None = None,
         core_class: type[LookupCore] | None = None,
         chain_mode: Literal["exact", "inferred"] = "exact",
-        chain_window_growth: float = DEFAULT_CHAIN_WINDOW_GROWTH,
+        chain_window: int | Literal["all"] | None = None,
+        chain_window_growth: float | None = None,
         verdict_cache: VerdictCache | None = None,
     ) -> None:
         if not isinstance(tier_type, str):
@@ -194,14 +211,18 @@ class AsyncLookupManager(abc.ABC):
             trace=trace,
             shutdown_timeout_s=shutdown_timeout_s,
             chain_mode=chain_mode,
+            chain_window=chain_window,
             chain_window_growth=chain_window_growth,
             verdict_cache=verdict_cache,
         )
+        #: Each request's positioned keys (kvprobe.statemachine.positions), dropped at cleanup.
+        self._books: dict[str, PositionBook] = {}
         self._shutdown_timeout_s = float(shutdown_timeout_s)
         self._after_shutdown: AfterShutdownTable | None = None
         #: Test compatibility (read-only view): ``empty()`` as on vLLM's queue of results.
         self._pending_results = PublishedResults(self._manager.core)
-        self._bind_fast_lookup(self._manager.lookup)
+        self._native_lookup = self._manager.lookup
+        self._bind_fast_lookup(self._positioned_lookup)
 
     def _bind_fast_lookup(self, lookup: Any) -> None:
         # The scheduler calls lookup() per block: bind the manager's own
@@ -228,8 +249,13 @@ class AsyncLookupManager(abc.ABC):
         """Non-blocking: True (stored), False (not stored), None (not known yet; retry next step).
 
         The first lookup of a key queues it for this step's batch; results
-        the worker has published are applied first.  After :meth:`shutdown`
-        it answers the verdict known then, or None.
+        the worker has published are applied first.  A key whose position
+        the request recorded (``req_context.get_offload_key_position``, as
+        vLLM 0.33's scheduler does) is probed only within the request's
+        window: further on it answers None without a probe, and past a key
+        of the same request known not stored it answers False without a
+        probe (:mod:`kvprobe.statemachine.positions`).  After
+        :meth:`shutdown` it answers the verdict known then, or None.
 
         Raises:
             InvalidInputError: ``key`` is not bytes or ``req_context.req_id``
@@ -237,7 +263,48 @@ class AsyncLookupManager(abc.ABC):
         """
         if self._after_shutdown is not None:
             return self._after_shutdown.lookup(key, req_context)
-        return self._manager.lookup(key, req_context)
+        return self._positioned_lookup(key, req_context)
+
+    def _positioned_lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+        # The scheduler's hot path: a context without positions, and a key
+        # the request already holds, go straight to the native lookup (the
+        # core's own method when nothing is checked or traced).
+        native = self._native_lookup
+        position_of = getattr(req_context, "get_offload_key_position", None)
+        if position_of is None or type(key) is not bytes:
+            return native(key, req_context)  # no positions: as without them (bad input is refused there)
+        manager = self._manager
+        core = manager.core
+        req_id = getattr(req_context, "req_id", None)
+        if type(req_id) is not str:
+            return native(key, req_context)  # refused there, with the error the contract names
+        state = core.states.get(key)
+        if state is not None and req_id in state.waiters:
+            return native(key, req_context)  # held: its verdict (results applied first)
+        position = position_of(key)
+        if type(position) is not int:
+            return native(key, req_context)  # no position for this key: probed as without one
+        if core.inbox:
+            manager.drain_results()
+        book = self._books.get(req_id)
+        if book is None:
+            book = self._books[req_id] = PositionBook()
+        chain, rank = book.place(key, position)
+        states = core.states
+
+        def verdict(k: Key) -> bool | None:
+            held = states.get(k)
+            return held.verdict if held is not None and req_id in held.waiters else None
+
+        search = searches(core, chain)
+        decision = self.position_rule[0](chain, rank, verdict, core.chain_window, core.chain_window_growth, search)
+        if decision is DEFER:
+            return None
+        if decision is PAST_MISS:
+            return False
+        if decision is INFERRED_HIT:
+            return True
+        return native(key, req_context)
 
     def flush(self) -> None:
         """End of step: apply published results, then hand this step's new keys to the worker.
@@ -292,6 +359,7 @@ class AsyncLookupManager(abc.ABC):
             self._after_shutdown.cleanup(req_id)
         else:
             self._manager.cleanup(req_id)
+            self._books.pop(req_id, None)
 
     def shutdown(self) -> None:
         """Stop the worker once the calls already submitted are done; later calls still answer.
@@ -311,6 +379,7 @@ class AsyncLookupManager(abc.ABC):
             self._finish_submitted_groups()
         table = AfterShutdownTable(manager.core)
         self._after_shutdown = table
+        self._books.clear()
         self._bind_fast_lookup(table.lookup)
         manager.shutdown()
 

@@ -1,0 +1,80 @@
+"""An engine process that exits while its lookups are in flight (run as a script by the exit tests).
+
+    python tests/engine/exit_engine.py ENDPOINT BUCKET {vllm-switch|vllm-own|native}[+shutdown] REQUESTS
+
+``vllm-switch`` builds vLLM 0.33's object tier (real NIXL OBJ) after the
+one-line switch to kvprobe's drop-in, ``vllm-own`` the same tier on vLLM's
+own lookup class, ``native`` kvprobe's own manager on ``NixlObjBackend``.
+Each starts ``REQUESTS`` requests of 64 absent keys, flushes them to the
+worker, waits a moment (the calls reach the store), prints ``submitted`` and returns from the script without any
+shutdown (with ``+shutdown``: after the tier's or the manager's own
+``shutdown``, which gives up on a call after its timeout): the interpreter
+exits while the store still holds the HEADs.
+The process's exit code is what the tests judge.
+"""
+
+from __future__ import annotations
+
+import mmap
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+KEYS_PER_REQUEST = 64
+#: How long the script waits after its flushes, so that the worker's calls have reached the store.
+IN_FLIGHT_S = 0.3
+
+
+def vllm_obj_tier(endpoint: str, bucket: str, switch: bool) -> Any:
+    """vLLM's obj tier (its lookup manager is ``_lookup_manager``), on the drop-in when ``switch``."""
+    import vllm.v1.kv_offload.tiering.async_lookup as vllm_async_lookup
+
+    if switch:
+        from kvprobe.integrations.vllm import AsyncLookupManager
+
+        vllm_async_lookup.AsyncLookupManager = AsyncLookupManager  # type: ignore[misc]
+    from vllm.v1.kv_offload.tiering.obj.manager import ObjectStoreSecondaryTierManager
+    from vllm_offloading_spec import offloading_spec
+
+    spec = offloading_spec("kvprobe-exit")
+    region = mmap.mmap(-1, 8 * mmap.PAGESIZE)
+    view = memoryview(region).cast("B", (8, mmap.PAGESIZE))
+    host = endpoint.split("//", 1)[1]
+    store = {"bucket": bucket, "endpoint_override": host, "access_key": "kvprobe-test",
+             "secret_key": "kvprobe-test-secret", "region": "us-east-1", "scheme": "http"}  # fmt: skip
+    return ObjectStoreSecondaryTierManager(spec, view, "obj", store_config=store)
+
+
+def native_manager(endpoint: str, bucket: str) -> Any:
+    """kvprobe's own manager on its NIXL object backend."""
+    from kvprobe.backends import NixlObjBackend
+    from kvprobe.statemachine import AsyncLookupManager
+
+    backend = NixlObjBackend(
+        bucket=bucket, endpoint_url=endpoint, access_key="kvprobe-test", secret_key="kvprobe-test-secret",
+        region="us-east-1", check=False,  # the proxy's own 503s carry no S3 headers
+    )  # fmt: skip
+    return AsyncLookupManager(backend, name="obj")
+
+
+def main(endpoint: str, bucket: str, kind: str, requests: int) -> None:
+    kind, _, then = kind.partition("+")
+    if kind == "native":
+        owner = manager = native_manager(endpoint, bucket)
+    else:
+        owner = vllm_obj_tier(endpoint, bucket, switch=kind == "vllm-switch")
+        manager = owner._lookup_manager
+    for r in range(requests):
+        ctx = SimpleNamespace(req_id=f"exit-{r}")
+        for i in range(KEYS_PER_REQUEST):
+            manager.lookup(bytes([r % 256, i]) * 8 + bytes(4), ctx)
+        manager.flush()
+    time.sleep(IN_FLIGHT_S)
+    print("submitted", flush=True)
+    if then == "shutdown":
+        owner.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -1,0 +1,83 @@
+"""Engine processes exit cleanly while their lookups are still in flight against a throttling store.
+
+Each process (``exit_engine.py`` beside this file) starts lookups on a NIXL
+object store behind a throttling, slow proxy and lets the interpreter exit
+(without any shutdown, or after the tier's own, which gives up on a call
+after its timeout).  Before kvprobe's exit hook
+(``kvprobe.statemachine.threaded_worker.stop_live_workers``) a worker thread
+was still inside NIXL's ``query_memory`` when the interpreter finalized and
+every such process died of SIGABRT ("terminate called without an active
+exception").  The vLLM cases need the released vLLM with NIXL
+(``tests/vllm_release/run.sh`` runs them); the native case needs NIXL only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENGINE = Path(__file__).with_name("exit_engine.py")
+PROCESSES = 2  # engine processes at once, sharing the store
+REQUESTS = 20  # requests of 64 keys each, per process
+
+
+def _missing(*modules: str) -> str | None:
+    gone = [m for m in modules if importlib.util.find_spec(m.split(".")[0]) is None]
+    return f"needs {', '.join(gone)}" if gone else None
+
+
+def _skip_or_fail(reason: str | None, required: bool) -> None:
+    if reason is None:
+        return
+    if required:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def run_engines(kind: str, bucket_name: str) -> list[tuple[int, str]]:
+    """``PROCESSES`` engine processes of ``kind`` on one throttling store: (exit code, stderr tail) each."""
+    from kvprobe.testing.faultproxy import FaultProxy
+    from kvprobe.testing.s3server import S3Server
+
+    with S3Server() as s3, FaultProxy(s3.endpoint_url, throttle=0.5, delay_s=0.5) as proxy:
+        s3.create_bucket(bucket_name)
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(ENGINE), proxy.endpoint_url, bucket_name, kind, str(REQUESTS)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(PROCESSES)
+        ]
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=240)
+            assert "submitted" in out, f"the engine did not get as far as its lookups: {err[-2000:]}"
+            results.append((proc.returncode, err[-600:]))
+        stats = proxy.stats()
+    assert stats.get("heads", 0) > 0, "no HEAD reached the store: nothing was in flight at exit"
+    return results
+
+
+@pytest.mark.parametrize("kind", ["vllm-switch", "vllm-switch+shutdown"])
+def test_vllm_obj_tier_on_the_drop_in_exits_cleanly_with_lookups_in_flight(kind: str) -> None:
+    # Required where run.sh says so: its venv installs vLLM, NIXL and moto.
+    required = os.environ.get("KVPROBE_REQUIRE_VLLM") == "1"
+    _skip_or_fail(_missing("vllm"), required)
+    _skip_or_fail(_missing("nixl", "moto"), required)
+    results = run_engines(kind, f"kvprobe-exit-{kind.replace('+', '-')}")
+    assert [code for code, _ in results] == [0] * PROCESSES, results
+
+
+def test_native_manager_on_nixl_obj_exits_cleanly_with_lookups_in_flight() -> None:
+    from kvprobe.backends._nixl_import import nixl_unavailable
+
+    _skip_or_fail(nixl_unavailable() or _missing("moto"), False)
+    results = run_engines("native", "kvprobe-exit-native")
+    assert [code for code, _ in results] == [0] * PROCESSES, results
