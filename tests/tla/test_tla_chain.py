@@ -28,6 +28,10 @@ CAUGHT_BY = {
     "window-presumed-stored": "ChainHitsAnswered",
     "search-infers-unverified": "InferredBoundaryVerified",
     "search-skips-exact-rewalk": "RefutedWalkedExactly",
+    # Issue 41: each caught by a fact the action under check cannot write.
+    "walk-skips-a-key": "ChainWalksInOrder",
+    "search-ignores-earlier-miss": "InferredAnswerNoKnownMiss",
+    "cleanup-drops-refuted": "RefutedWalkedExactly",
 }
 
 
@@ -38,6 +42,9 @@ CONFIGS = {
     "window-presumed-stored": "chain",
     "search-infers-unverified": "chain-inferred",
     "search-skips-exact-rewalk": "chain-inferred",
+    "walk-skips-a-key": "chain",
+    "search-ignores-earlier-miss": "chain-inferred",
+    "cleanup-drops-refuted": "chain-inferred",
 }
 
 
@@ -70,3 +77,4 @@ def test_a_store_with_holes_breaks_the_inferred_walk() -> None:
 def test_each_chain_mutant_is_caught_by_its_clause(mutant: str) -> None:
     result = mutant_run(mutant, CAUGHT_BY[mutant])
     assert (result.outcome, result.property) == ("invariant", CAUGHT_BY[mutant]), result.errors
+
