@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from kvprobe.spec.model_state import Key, ModelError, Remembered, State
 
-__all__ = ["CACHE_INVARIANTS", "CacheProvenance", "forget", "recall", "remember", "tick"]
+__all__ = ["CACHE_INVARIANTS", "CacheAnswerApplied", "CacheProvenance", "forget", "recall", "remember", "tick"]
 
 
 def recall(s: State, key: Key, fresh: bool | None = None) -> tuple[State, Remembered | None]:
@@ -116,5 +116,19 @@ def CacheProvenance(s: State) -> bool:
     return True
 
 
+def CacheAnswerApplied(s: State) -> bool:
+    """Every remembered verdict was applied to its own generation's state.
+
+    Never the answer of a generation a forced miss made moot while it was in
+    flight (``moot``, written by MarkMiss), and always the first outcome
+    published for its probe (``told``), never a late answer after a timeout.
+    Neither is written by the drain that remembers.
+    """
+    return all((e.key, e.gen) not in s.moot and s.told.get((e.key, e.gen)) == e.verdict for e in s.memory)
+
+
 #: The cache's invariants by name (docs/cache.md; checked beside ``model.INVARIANTS``).
-CACHE_INVARIANTS: dict[str, Callable[[State], bool]] = {"CacheProvenance": CacheProvenance}
+CACHE_INVARIANTS: dict[str, Callable[[State], bool]] = {
+    "CacheProvenance": CacheProvenance,
+    "CacheAnswerApplied": CacheAnswerApplied,
+}

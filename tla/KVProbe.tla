@@ -128,18 +128,24 @@ VARIABLES
 VARIABLES
     chainPastMiss,  \* a walk looked a key up after a key of its chain was known NOT stored
     chainAhead,     \* a walk looked a key up while a key before that key's window was not known stored
-    chainUntoldHit  \* a walk found a key stored that no backend call had answered stored
+    chainUntoldHit, \* a walk found a key stored that no backend call had answered stored
+    chainSkipped,   \* a walk looked a key up before its request had looked up every earlier key
+    asked           \* [Reqs -> SUBSET Keys]: the chain's keys each request looked up since it
+                    \* started (written by its Lookups, emptied when it finishes)
 
-chainHistory == <<chainPastMiss, chainAhead, chainUntoldHit>>
+chainFlags == <<chainPastMiss, chainAhead, chainUntoldHit, chainSkipped>>
+chainHistory == <<chainFlags, asked>>
 
 \* The store and the inferred walk (block "The store and the inferred walk"
 \* below).  Constant unless a config models the store or the inferred mode.
 VARIABLES
     stored,             \* SUBSET Keys: the blocks the tier holds (StoreModelled; else {} throughout)
     prefixAtHit,        \* [Keys -> BOOLEAN]: the chain's keys before the key were all stored when a call last answered it stored
-    refuted             \* SUBSET Keys: keys MarkMiss was given in the inferred mode (failed loads)
+    refuted,            \* SUBSET Keys: keys MarkMiss was given in the inferred mode (failed loads)
+    failedLoads         \* SUBSET Keys: history of refuted: every key whose load failed in the
+                        \* inferred mode; it never shrinks (RefutedWalkedExactly reads it)
 
-store == <<stored, prefixAtHit, refuted>>
+store == <<stored, prefixAtHit, refuted, failedLoads>>
 \* The verdict cache (CacheOn; docs/cache.md): backend answers remembered
 \* across requests.  Expiry and eviction are not counted: an entry may be
 \* dropped at any Lookup of its key (a new probe is made instead), which
@@ -220,8 +226,17 @@ ChainNoMissBefore(i) == \A j \in 1..(i - 1) : verdict[Chain[j]] # "miss"
 \* A window is probed only once every key before it is known stored.
 ChainWindowOpen(i) == \A j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] = "hit"
 
-\* What the walk reports for the key it looked up: stored iff its verdict is a hit.
-ChainFindsStored(k) == verdict[k] = "hit"
+\* What the walk reports for the key it looked up: stored iff its verdict
+\* after the Lookup is a hit (a key served from memory is answered at once).
+ChainFindsStored(k) == verdict'[k] = "hit"
+
+\* The generation whose backend answer the state of k holds after this
+\* Lookup: the one it was recalled from if it was served from memory.
+SourceAfter(k) == IF recalled'[<<k, gen'[k]>>] # NoGen THEN recalled'[<<k, gen'[k]>>] ELSE gen'[k]
+
+\* History: a backend call answered k stored for the generation its state
+\* holds the answer of after this Lookup, and k was not forced.
+AnsweredStored(k) == <<k, SourceAfter(k)>> \in backendHit /\ ~forced[k]
 
 -----------------------------------------------------------------------------
 (* The store and the inferred walk (chain_mode="inferred",                 *)
@@ -266,6 +281,7 @@ StoreInit ==
     /\ stored \in StoreStarts
     /\ prefixAtHit = [k \in Keys |-> FALSE]
     /\ refuted = {}
+    /\ failedLoads = {}
 
 \* What r's own lookups of the chain told it.
 KnownHit(r, i) == r \in waiters[Chain[i]] /\ verdict[Chain[i]] = "hit"
@@ -308,9 +324,10 @@ SearchStep(k, r) ==
           /\ i = SearchNext(SearchLo(r), SearchHi(r))
           /\ Chain[i] = k
           /\ chainPastMiss' = (chainPastMiss \/ \E j \in 1..(i - 1) : KnownMiss(r, j))
-          /\ chainUntoldHit' = (chainUntoldHit \/
-                                (ChainFindsStored(k) /\ (<<k, gen'[k]>> \notin backendHit \/ forced[k])))
-          /\ UNCHANGED chainAhead
+          /\ chainUntoldHit' = (chainUntoldHit \/ (ChainFindsStored(k) /\ ~AnsweredStored(k)))
+          \* the search skips positions by design: its answer is checked by
+          \* the inferred walk's invariants
+          /\ UNCHANGED <<chainAhead, chainSkipped>>
 
 \* The keys before k in the chain.
 ChainBefore(k) == {Chain[j] : j \in {i \in DOMAIN Chain : \E l \in DOMAIN Chain : Chain[l] = k /\ i < l}}
@@ -322,12 +339,18 @@ StoreAnswered(G, kind, ans) ==
                       THEN [k \in Keys |-> IF \E p \in G.probes : p[1] = k /\ ans[p] = "hit"
                                            THEN ChainBefore(k) \subseteq stored ELSE prefixAtHit[k]]
                       ELSE prefixAtHit
-    /\ UNCHANGED <<stored, refuted>>
+    /\ UNCHANGED <<stored, refuted, failedLoads>>
 
-\* Part of MarkMiss: in the inferred mode the keys given are refuted.
+\* Part of MarkMiss: in the inferred mode the keys given are refuted; the
+\* history failedLoads records them apart from refuted, which the walk reads.
 StoreRefutes(ks) ==
     /\ refuted' = IF ChainMode = "inferred" THEN refuted \cup ks ELSE refuted
+    /\ failedLoads' = IF ChainMode = "inferred" THEN failedLoads \cup ks ELSE failedLoads
     /\ UNCHANGED <<stored, prefixAtHit>>
+
+\* Part of Cleanup: a request's end leaves the store and the refuted keys
+\* alone (a failed load refutes its key for every later walk).
+CleanupStore(r) == UNCHANGED store
 
 \* The tier evicts: a suffix of the chain, or any one key (PrefixClosed FALSE).
 Evictions ==
@@ -339,7 +362,7 @@ Evictions ==
 \* models the store.
 StoreMayEvict ==
     /\ stored' \in {stored} \cup (IF StoreModelled THEN {stored \ gone : gone \in Evictions} ELSE {})
-    /\ UNCHANGED <<prefixAtHit, refuted>>
+    /\ UNCHANGED <<prefixAtHit, refuted, failedLoads>>
 
 \* r's walk, asked again now, answers by inference: it searches, its search
 \* is decided with boundary b = SearchHi(r) - 1 (keys 1..b stored), and
@@ -349,24 +372,30 @@ StoreMayEvict ==
 Inferred(r) == {j \in 1..(SearchHi(r) - 2) : ~KnownHit(r, j)}
 Infers(r) == Searching /\ SearchDecided(r) /\ Inferred(r) # {}
 
-ChainInit == chainPastMiss = FALSE /\ chainAhead = FALSE /\ chainUntoldHit = FALSE
+ChainInit ==
+    /\ chainPastMiss = FALSE /\ chainAhead = FALSE /\ chainUntoldHit = FALSE /\ chainSkipped = FALSE
+    /\ asked = [r \in Reqs |-> {}]
 
 \* A Lookup's part in the walks (a conjunct of Lookup, after its other
-\* parts): on its own, it leaves the walks' history alone; by r's walk at a
-\* position i holding k, it must be allowed, and the history records what
-\* the table said of the chain's earlier keys then, and whether the key the
-\* walk found stored was answered stored by a backend call (backendHit) and
-\* not forced.
+\* parts): every Lookup by r of a chain key is recorded in asked[r]; on its
+\* own, it leaves the walks' flags alone; by r's walk at a position i
+\* holding k, it must be allowed, and the history records what the table
+\* said of the chain's earlier keys then, whether r had looked up every
+\* earlier key (asked, not the waiters ChainReached reads), and whether the
+\* key the walk found stored was answered stored by a backend call
+\* (backendHit, for the generation recalled if served from memory) and not
+\* forced.
 ChainStep(k, r) ==
-    \/ UNCHANGED chainHistory
-    \/ \E i \in DOMAIN Chain :
-          /\ Chain[i] = k
-          /\ ChainReached(r, i) /\ ChainNoMissBefore(i) /\ ChainWindowOpen(i)
-          /\ chainPastMiss' = (chainPastMiss \/ \E j \in 1..(i - 1) : verdict[Chain[j]] = "miss")
-          /\ chainAhead' = (chainAhead \/ \E j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # "hit")
-          /\ chainUntoldHit' = (chainUntoldHit \/
-                                (ChainFindsStored(k) /\ (<<k, gen'[k]>> \notin backendHit \/ forced[k])))
-    \/ SearchStep(k, r)
+    /\ asked' = [asked EXCEPT ![r] = @ \cup ({k} \cap ChainKeys)]
+    /\ \/ UNCHANGED chainFlags
+       \/ \E i \in DOMAIN Chain :
+             /\ Chain[i] = k
+             /\ ChainReached(r, i) /\ ChainNoMissBefore(i) /\ ChainWindowOpen(i)
+             /\ chainPastMiss' = (chainPastMiss \/ \E j \in 1..(i - 1) : verdict[Chain[j]] = "miss")
+             /\ chainAhead' = (chainAhead \/ \E j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # "hit")
+             /\ chainUntoldHit' = (chainUntoldHit \/ (ChainFindsStored(k) /\ ~AnsweredStored(k)))
+             /\ chainSkipped' = (chainSkipped \/ \E j \in 1..(i - 1) : Chain[j] \notin asked[r])
+       \/ SearchStep(k, r)
 
 -----------------------------------------------------------------------------
 (* Initial state *)
@@ -469,10 +498,10 @@ Lookup(k, r) ==
     /\ LookupReady
     /\ r \notin waiters[k]
     /\ LookupNew(k, r) \/ LookupJoin(k, r) \/ LookupRecall(k, r)
-    /\ ChainStep(k, r)
     /\ UNCHANGED store
     /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
     /\ LookupMemory(k)
+    /\ ChainStep(k, r)
     /\ UNCHANGED <<open, down, worker, history>>
 
 \* End of step: submit this step's batch entries whose state is still the
@@ -566,6 +595,17 @@ OutcomeSource(o, k) ==
 \* or dead worker's MISS (no fact about the store).
 Remembers(o) == o.kind = "ok"
 
+\* The probes of o whose answer the verdict cache keeps: the probe of each
+\* state o resolves or reclaims (its own generation), when o is a backend's
+\* answer and the cache is on.
+CachedProbes(o) ==
+    IF CacheOn /\ Remembers(o)
+    THEN {OutcomeProbe(o, k) : k \in {x \in Keys : OutcomeResolves(o, x) \/ OutcomeReclaims(o, x)}}
+    ELSE {}
+
+\* What o says of its probe p: the backend's answer, MISS for anything else.
+ProbeAnswer(o, p) == IF o.kind = "ok" THEN o.ans[p] ELSE "miss"
+
 \* Apply the oldest published outcome o.
 \* - The death marker: every open group fails (WORKER_DIED): each of its
 \*   probes still IN_FLIGHT resolves as MISS (or is reclaimed if nobody
@@ -601,8 +641,11 @@ Drain ==
                      THEN [p \in Probe |-> IF p \in OutcomeProbes(o) THEN "miss" ELSE told[p]]
                      ELSE told
           \* the cache keeps the backend's own answer for the generation asked
-          /\ mem' = [k \in Keys |-> IF CacheOn /\ Changed(k) /\ Remembers(o) THEN OutcomeAnswer(o, k) ELSE mem[k]]
-          /\ memGen' = [k \in Keys |-> IF CacheOn /\ Changed(k) /\ Remembers(o) THEN gen[k] ELSE memGen[k]]
+          /\ LET kept == CachedProbes(o)
+                 Kept(k) == \E p \in kept : p[1] = k
+                 KeptProbe(k) == CHOOSE p \in kept : p[1] = k
+             IN /\ mem' = [k \in Keys |-> IF Kept(k) THEN ProbeAnswer(o, KeptProbe(k)) ELSE mem[k]]
+                /\ memGen' = [k \in Keys |-> IF Kept(k) THEN KeptProbe(k)[2] ELSE memGen[k]]
     /\ UNCHANGED <<recalled, forgot, backendMiss>>
     /\ resq' = Tail(resq)
     /\ out' = NoOut
@@ -636,8 +679,9 @@ RequestsAfterCleanup(r) == [requests EXCEPT ![r] = {}]
 \* Request r finished: it stops waiting on every key, and a state nobody
 \* waits on any more is reclaimed if its phase is one of CleanupReclaims.
 Cleanup(r) ==
-    /\ UNCHANGED chainHistory
-    /\ UNCHANGED store
+    /\ UNCHANGED chainFlags
+    /\ asked' = [asked EXCEPT ![r] = {}]
+    /\ CleanupStore(r)
     /\ UNCHANGED memory
     /\ ~down
     /\ requests[r] # {}
@@ -729,7 +773,8 @@ MarkMiss(ks) ==
 \* calls it had started may still finish and publish (nothing drains them).
 \* History is kept: the invariants go on checking the states after it.
 Shutdown ==
-    /\ UNCHANGED chainHistory
+    /\ UNCHANGED chainFlags
+    /\ asked' = [r \in Reqs |-> {}]
     /\ UNCHANGED store
     /\ ~down
     /\ down' = TRUE
@@ -1035,7 +1080,9 @@ AfterShutdownEmpty ==
 
 \* --- The chain walk's invariants (tla/chain.cfg) ---
 
-ChainTypeOK == chainHistory \in BOOLEAN \X BOOLEAN \X BOOLEAN
+ChainTypeOK ==
+    /\ chainFlags \in BOOLEAN \X BOOLEAN \X BOOLEAN \X BOOLEAN
+    /\ asked \in [Reqs -> SUBSET Keys]
 
 \* No walk ever looked up a key after a key of its chain known NOT stored.
 ChainStopsAtMiss == ~chainPastMiss
@@ -1048,10 +1095,15 @@ ChainWindowWaits == ~chainAhead
 \* that generation (backendHit), and not forced.
 ChainHitsAnswered == ~chainUntoldHit
 
+\* No walk looked up a key before its request had looked up every earlier
+\* key of the chain (asked: what r's Lookups did, not the waiters the
+\* walk's guard reads); so a walk's leading hits are keys it looked up.
+ChainWalksInOrder == ~chainSkipped
+
 \* --- The inferred walk's invariants (tla/chain-inferred.cfg) ---
 
 StoreTypeOK ==
-    /\ stored \subseteq Keys /\ refuted \subseteq Keys
+    /\ stored \subseteq Keys /\ refuted \subseteq Keys /\ failedLoads \subseteq Keys
     /\ prefixAtHit \in [Keys -> BOOLEAN]
 
 \* Every key a walk would infer stored was in the store, with every key
@@ -1061,17 +1113,30 @@ StoreTypeOK ==
 InferredStored == \A r \in Reqs : Infers(r) => prefixAtHit[Chain[SearchHi(r) - 1]]
 
 \* A search answers only at a boundary its request verified: the boundary
-\* key answered stored by a call (not forced), or no key stored, and the
-\* next key known NOT stored, or the chain's end.
+\* key answered stored by a call (not forced; a key served from memory by
+\* the call for the generation it was recalled from), or no key stored, and
+\* the next key known NOT stored, or the chain's end.  Written on the table
+\* (r waits on the key, and its verdict), not through KnownHit and
+\* KnownMiss, which the search decides by.
 InferredBoundaryVerified ==
     \A r \in Reqs : Searching /\ SearchDecided(r) =>
         LET b == SearchHi(r) - 1
-        IN /\ b = 0 \/ (KnownHit(r, b) /\ <<Chain[b], gen[Chain[b]]>> \in backendHit /\ ~forced[Chain[b]])
-           /\ b = Len(Chain) \/ KnownMiss(r, b + 1)
+            Told(i, v) == r \in waiters[Chain[i]] /\ verdict[Chain[i]] = v
+        IN /\ b = 0 \/ (Told(b, "hit") /\ <<Chain[b], Source(Chain[b])>> \in backendHit /\ ~forced[Chain[b]])
+           /\ b = Len(Chain) \/ Told(b + 1, "miss")
 
-\* No walk infers across a refuted key: after a failed load the chain is
-\* walked exactly.
-RefutedWalkedExactly == \A r \in Reqs : Infers(r) => refuted \cap ChainKeys = {}
+\* No walk infers across a key whose load failed: after a failed load the
+\* chain is walked exactly.  Read off failedLoads, the history that never
+\* shrinks, not refuted, the state the walk decides by.
+RefutedWalkedExactly == \A r \in Reqs : Infers(r) => failedLoads \cap ChainKeys = {}
+
+\* No key the search's answer counts stored (positions 1..SearchHi(r) - 1 of
+\* a decided search) is one its request knows NOT stored: written on the
+\* table (r waits on the key, its verdict is MISS), not through KnownMiss,
+\* SearchLo or Inferred, the operators the search decides by.
+InferredAnswerNoKnownMiss ==
+    \A r \in Reqs : Searching /\ SearchDecided(r) =>
+        \A j \in 1..(SearchHi(r) - 1) : ~(r \in waiters[Chain[j]] /\ verdict[Chain[j]] = "miss")
 
 -----------------------------------------------------------------------------
 (* Invariants that pin an output or a verdict to what happened elsewhere   *)
@@ -1111,6 +1176,16 @@ CacheProvenance ==
           /\ <<k, memGen[k]>> \notin forgot
     /\ \A k \in Keys : (phase[k] = RESOLVED /\ ~forced[k] /\ recalled[<<k, gen[k]>>] # NoGen) =>
           BackendSaid(k, recalled[<<k, gen[k]>>], verdict[k])
+
+\* The verdict cache keeps only an answer that was applied to its own
+\* generation's state: never one of a generation a MarkMiss made moot
+\* (moot, written by MarkMiss), and always the first outcome published for
+\* its probe (told, written where the worker publishes), never a late
+\* answer after a timeout.  Drain, which writes the memory, writes neither.
+CacheAnswerApplied ==
+    \A k \in Keys : mem[k] # "none" =>
+        /\ memGen[k] \notin moot
+        /\ told[<<k, memGen[k]>>] = mem[k]
 
 -----------------------------------------------------------------------------
 (* Liveness *)

@@ -201,7 +201,12 @@ NoMissBeforeWindow(i) == \A j \in 1..(WindowStart(i) - 1) : verdict[Chain[j]] # 
 
 \* window-presumed-stored: a walk reports the keys of a window not answered
 \* yet as stored.
-FindsUnansweredStored(k) == verdict[k] \in {"hit", "none"}
+FindsUnansweredStored(k) == verdict'[k] \in {"hit", "none"}
+
+\* walk-skips-a-key: a walk looks up the key at position i once its request
+\* waits on every key before i - 1: it skips a key whose answer another
+\* request made known, and counts it among its leading hits.
+ReachedButLast(r, i) == \A j \in 1..(i - 2) : r \in waiters[Chain[j]]
 
 -----------------------------------------------------------------------------
 (* The inferred walk (tla/chain-inferred.cfg) *)
@@ -215,6 +220,22 @@ DecidedOneShort(r) == SearchHi(r) <= SearchLo(r) + 2
 \* chain whose inferred key failed to load is inferred again
 \* (ChainTrusted <- TrustsRefuted).
 TrustsRefuted == TRUE
+
+\* search-ignores-earlier-miss: the search's first known miss is looked for
+\* only after the last position it knows stored, so a key it knows NOT
+\* stored before a later known hit is counted stored (SearchHi <- MissAfterLastHit).
+MissAfterLastHit(r) ==
+    CHOOSE h \in 1..(Len(Chain) + 1) :
+        /\ h = Len(Chain) + 1 \/ (KnownMiss(r, h) /\ \A l \in (h + 1)..Len(Chain) : ~KnownHit(r, l))
+        /\ \A j \in 1..(h - 1) : ~KnownMiss(r, j) \/ \E l \in (j + 1)..Len(Chain) : KnownHit(r, l)
+
+\* cleanup-drops-refuted: a request's Cleanup takes its keys off the refuted
+\* set, so the next walk infers across the hole a failed load proved
+\* (CleanupStore <- DropsRefuted).
+DropsRefuted(r) ==
+    /\ refuted' = refuted \ requests[r]
+    /\ UNCHANGED <<stored, prefixAtHit, failedLoads>>
+
 -----------------------------------------------------------------------------
 (* The verdict cache (tla/cache.cfg) *)
 
@@ -230,5 +251,10 @@ RemembersAnyOutcome(o) == TRUE
 \* so the remembered "stored" of a key no request holds, whose load failed,
 \* is served to the next request.
 ForgetsLiveOnly(ks, k) == k \in MarkMissPasses(ks) /\ Live(k)
+
+\* cache-keeps-moot-answer: Drain remembers the backend's answer of every
+\* probe of the outcome, also one whose state a MarkMiss forced or reclaimed
+\* while it was in flight (its generation is moot) (CachedProbes <- CachesEveryAnswer).
+CachesEveryAnswer(o) == IF CacheOn /\ Remembers(o) THEN OutcomeProbes(o) ELSE {}
 
 =============================================================================

@@ -522,6 +522,81 @@ VIOLATIONS: dict[str, Callable[[Sequence[State]], str]] = {
 }
 
 
+# --- issue 41: the walks' and the cache's facts the checked action cannot write ---
+
+
+def _walk_out_of_order(states: Sequence[State]) -> str:
+    # The Lookup that set chainSkipped: its request and key, and the chain keys
+    # that request had not looked up (asked) when it made it.
+    for before, after in itertools.pairwise(states):
+        if after.get("chainSkipped") is True and before.get("chainSkipped") is not True:
+            out = after["out"]
+            req, key = out["req"], out["key"]
+            had = sorted(map(str, before["asked"][req]))
+            looked = f"only {', '.join(had)}" if had else "no key"
+            return (
+                f"{req}'s walk looked up {key} when {req} had looked up {looked} of the chain: "
+                "a walk looks its keys up in chain order, so the leading hits it counts are keys it looked up"
+            )
+    return "a walk looked a key up before it had looked up every earlier key of its chain"
+
+
+def _inferred_known_miss(states: Sequence[State]) -> str:
+    last = states[-1]
+    for req, keys in sorted(last["requests"].items(), key=str):
+        missed = sorted(str(k) for k in keys if last["verdict"][k] == "miss")
+        if missed:
+            return (
+                f"{req}'s inferred walk has decided its search and counts stored a key {req} itself knows "
+                f"NOT stored ({', '.join(missed)} answered miss to {req}): an answer counts stored only keys "
+                "before the first miss its request knows"
+            )
+    return "an inferred walk counts stored a key its request knows NOT stored"
+
+
+def _cache_answer_applied(states: Sequence[State]) -> str:
+    last = states[-1]
+    for key, said in sorted(last["mem"].items(), key=str):
+        if said == "none":
+            continue
+        gen = last["memGen"][key]
+        if gen in last["moot"]:
+            return (
+                f"{key} remembers {said} from generation {gen}, whose in-flight probe a MarkMiss made moot: "
+                "the cache may keep only an answer applied to its own generation's state"
+            )
+        first = last["told"][(key, gen)]
+        if first != said:
+            return (
+                f"{key} remembers {said} from generation {gen}, but the first outcome published for that "
+                f"probe was {first}: the cache keeps the answer Drain applied, never a late one"
+            )
+    return "the verdict cache keeps an answer that was never applied to its own generation"
+
+
+def _refuted_inferred(states: Sequence[State]) -> str:
+    last = states[-1]
+    failed = sorted(map(str, last["failedLoads"]))
+    dropped = sorted(set(failed) - set(map(str, last["refuted"])))
+    lost = f" ({', '.join(dropped)} no longer refuted)" if dropped else ""
+    return (
+        f"a walk infers across a key whose load failed ({', '.join(failed)}){lost}: after a failed load "
+        "the chain is walked exactly"
+    )
+
+
+VIOLATIONS.update(
+    {
+        "RefutedWalkedExactly": _refuted_inferred,
+        "ChainWalksInOrder": _walk_out_of_order,
+        "InferredAnswerNoKnownMiss": _inferred_known_miss,
+        "CacheAnswerApplied": _cache_answer_applied,
+    }
+)
+# History read only by those sentences and the invariants: not shown per step.
+VARIABLES.update({"chainSkipped": None, "asked": None, "failedLoads": None})
+
+
 # --- putting it together -----------------------------------------------------
 
 

@@ -45,7 +45,7 @@ KINDS: Mapping[str, str] = {
     "named": "named mutants, the defects seen in the field",
     "spec": "spec mutants, one-line slips that measure the invariants",
     "chain": "chain-walk mutants, each caught on a chain config (docs/chains.md)",
-    "cache": "verdict-cache mutants, each caught on cache.cfg by CacheProvenance (docs/cache.md)",
+    "cache": "verdict-cache mutants, each caught on cache.cfg (docs/cache.md)",
 }
 
 
@@ -254,6 +254,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "the inferred walk infers across a key whose load failed (refuted) instead of walking exactly",
         ChainTrusted="TrustsRefuted",
     ),
+    # --- issue 41: each caught by a fact the action under check cannot write ---
+    _chain(
+        "chain",
+        "walk-skips-a-key",
+        "a walk looks a key up before the key just before it, and counts the skipped one",
+        ChainReached="ReachedButLast",
+    ),
+    _chain(
+        "chain-inferred",
+        "search-ignores-earlier-miss",
+        "the inferred walk counts a key stored that its request knows NOT stored, before a later hit",
+        SearchHi="MissAfterLastHit",
+    ),
+    _chain(
+        "chain-inferred",
+        "cleanup-drops-refuted",
+        "a request's cleanup takes its keys off the refuted set: the next walk infers across a failed load",
+        CleanupStore="DropsRefuted",
+    ),
     # --- the verdict cache (tla/cache.cfg) ---
     _cache(
         "cache-keeps-marked-miss",
@@ -269,6 +288,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "cache-forgets-live-only",
         "MarkMiss makes the verdict cache forget only the keys that have a state",
         Forgets="ForgetsLiveOnly",
+    ),
+    _cache(
+        "cache-keeps-moot-answer",
+        "the verdict cache keeps the answer of a probe a MarkMiss made moot while it was in flight",
+        CachedProbes="CachesEveryAnswer",
     ),
 )
 

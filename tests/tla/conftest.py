@@ -122,3 +122,23 @@ def vllm_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     text = (tla_dir() / "vllm.cfg").read_text()
     assert 'MarkMissFlavour = "vllm"' in text, "vllm.cfg no longer selects the drop-in's MarkMiss"
     return explored_graph(tmp_path_factory.mktemp("vllm-graph"), graph_config(text))
+
+
+def walk_cache_config(cfg_text: str) -> str:
+    """A walk's config with the cache on, one request and no symmetry (chain-cache.cfg, inferred-cache.cfg)."""
+    assert "CacheOn = TRUE" in cfg_text and "Chain <- ChainOfKeys" in cfg_text
+    return _without_symmetry(safety_only(cfg_text).replace("Reqs = {r1, r2}", "Reqs = {r1}"))
+
+
+@pytest.fixture(scope="session")
+def chain_cache_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of tla/chain-cache.cfg with one request, no symmetry."""
+    text = walk_cache_config((tla_dir() / "chain-cache.cfg").read_text())
+    return explored_graph(tmp_path_factory.mktemp("chain-cache-graph"), text)
+
+
+@pytest.fixture(scope="session")
+def inferred_cache_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of tla/inferred-cache.cfg (one request already), no symmetry."""
+    text = walk_cache_config((tla_dir() / "inferred-cache.cfg").read_text())
+    return explored_graph(tmp_path_factory.mktemp("inferred-cache-graph"), text)

@@ -10,7 +10,9 @@ reverse index, the step's batch, the generation counter, the open groups,
 the worker's state, its queue, running and stuck calls, the published
 outcomes, the lookup's output and the history both models keep (forced,
 told, submissions, the phase at submission, applied outcomes, stale
-effects, moot generations, the backend's in-time "stored" answers).  The TLA+ side of the comparison is read from
+effects, moot generations, the backend's in-time "stored" answers), and
+the verdict cache's memory and history (constant unless the config turns
+the cache on; then ``to_model(..., cache=True)``).  The TLA+ side of the comparison is read from
 the dump directly, never through :func:`to_model`, so a mapping slip shows
 up as a difference.
 
@@ -30,13 +32,16 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kvprobe.spec import model
 from kvprobe.spec.lifecycle import LookupPhase
+from kvprobe.spec.model_state import CacheSpec, Remembered
 from kvprobe.tlc import FrozenDict, ModelValue, parse_value
 
 TlaState = Mapping[str, object]
@@ -146,8 +151,40 @@ def _tla_groups(state: TlaState) -> set[tuple[str, frozenset[tuple[bytes, int]]]
 # --- TLA+ state -> reference-model state -------------------------------------------------
 
 
-def to_model(state: TlaState) -> model.State:
-    """The reference-model state that stands for a TLA+ state (group ids assigned by value)."""
+def _memory(state: TlaState) -> dict[str, object]:
+    """The verdict cache's part of the reference state (CacheOn): entries that never expire.
+
+    The TLA+ model drops an entry at a Lookup instead of counting time, so
+    each entry's end is infinity and the bound holds every key (no eviction).
+    """
+    mem: Mapping[object, str] = state["mem"]  # type: ignore[assignment]
+    mem_gen: Mapping[object, int] = state["memGen"]  # type: ignore[assignment]
+    recalled: Mapping[tuple[object, int], int] = state["recalled"]  # type: ignore[assignment]
+    told: Mapping[tuple[object, int], str] = state["told"]  # type: ignore[assignment]
+    return {
+        # The reference model tells a state served from memory the answer it recalled:
+        # the first outcome published for the generation it was recalled from.
+        "told": {
+            **{(_key(k), g): v == "hit" for (k, g), v in told.items() if v != "none"},
+            **{(_key(k), g): told[(k, src)] == "hit" for (k, g), src in recalled.items() if src},
+        },
+        "cache": CacheSpec(max_entries=len(mem), hit_ttl=math.inf, miss_ttl=math.inf),
+        "memory": tuple(
+            Remembered(_key(k), v == "hit", mem_gen[k], math.inf)
+            for k, v in sorted(mem.items(), key=str)
+            if v != "none"
+        ),
+        "recalled": {(_key(k), g): src for (k, g), src in recalled.items() if src},
+        "backend_misses": frozenset((_key(k), g) for k, g in state["backendMiss"]),  # type: ignore[attr-defined]
+        "invalidated": frozenset((_key(k), g) for k, g in state["forgot"]),  # type: ignore[attr-defined]
+    }
+
+
+def to_model(state: TlaState, *, cache: bool = False) -> model.State:
+    """The reference-model state that stands for a TLA+ state (group ids assigned by value).
+
+    ``cache``: the config turns the verdict cache on (CacheOn).
+    """
     values = sorted(_tla_groups(state), key=lambda g: (g[0], sorted(g[1])))
     groups: dict[tuple[str, frozenset[tuple[bytes, int]]], model.Group] = {}
     for gid, (req, probes) in enumerate(values, start=1):
@@ -189,7 +226,7 @@ def to_model(state: TlaState) -> model.State:
         return {(owner.get(g, NO_KEY), g): n for g, n in enumerate(counts, start=1) if n}
 
     sent_in: tuple[str, ...] = state["sentIn"]  # type: ignore[assignment]
-    return model.State(
+    s = model.State(
         probes={
             _key(k): model.Probe(LookupPhase(p), gen[k], frozenset(str(r) for r in waiters[k]), _verdict(verdict[k]))
             for k, p in phase.items()
@@ -220,6 +257,7 @@ def to_model(state: TlaState) -> model.State:
         told={(_key(k), g): v == "hit" for (k, g), v in told.items() if v != "none"},
         backend_hits=frozenset((_key(k), g) for k, g in state["backendHit"]),  # type: ignore[attr-defined]
     )
+    return replace(s, **_memory(state)) if cache else s  # type: ignore[arg-type]
 
 
 # --- the common projection -----------------------------------------------------------------
@@ -280,6 +318,12 @@ _TLA_VIEW: dict[str, Callable[[Any], object]] = {
     "stale": bool,
     "moot": lambda m: m,
     "backendHit": _by_identity(lambda hits: frozenset((_key(k), g) for k, g in hits)),
+    # The verdict cache (constant unless CacheOn).
+    "mem": _per_key(_verdict),
+    "memGen": _per_key(),
+    "recalled": _by_identity(lambda r: frozenset(((_key(k), g), src) for (k, g), src in r.items() if src)),
+    "forgot": _by_identity(lambda f: frozenset((_key(k), g) for k, g in f)),
+    "backendMiss": _by_identity(lambda m: frozenset((_key(k), g) for k, g in m)),
 }
 
 
@@ -319,6 +363,7 @@ def view_of_model(s: model.State, keys: Iterable[bytes]) -> View:
         return {g: n for g, n in total.items() if n}
 
     stuck = {**s.stray, **{gid: s.taken[gid] for gid in s.timed_out}}
+    remembered = {e.key: e for e in s.memory}
     running = [g for gid, g in s.taken.items() if gid not in s.timed_out] + list(s.stopped_taken.values())
     return {
         "phase": {k: (p.phase.value if (p := probe(k)) else "ABSENT") for k in keys},
@@ -337,13 +382,21 @@ def view_of_model(s: model.State, keys: Iterable[bytes]) -> View:
         "stuck": frozenset(_mgval(g) for g in stuck.values()),
         "resq": tuple(oview(o) for o in (s.discarded if s.closed else s.inbox)),
         "forced": {k: (p is not None and (k, p.gen) in s.forced) for k in keys for p in [probe(k)]},
-        "told": frozenset(s.told.items()),
+        # A state served from memory is told its recalled answer here; TLA+ keeps
+        # told for probed generations only (VerdictProvenance reads the source's).
+        "told": frozenset(item for item in s.told.items() if item[0] not in s.recalled),
         "sent": per_gen(s.submitted),
         "sentIn": frozenset(g for _, g in s.submitted_not_pending),
         "applied": per_gen(s.applied),
         "stale": s.stale_applied > 0,
         "moot": frozenset(g for _, g in s.moot),
         "backendHit": s.backend_hits,
+        "mem": {k: (e.verdict if (e := remembered.get(k)) else None) for k in keys},
+        "memGen": {k: (e.gen if (e := remembered.get(k)) else 0) for k in keys},
+        "recalled": frozenset(s.recalled.items()),
+        "forgot": s.invalidated,
+        # TLA+ records the backend's "not stored" answers only with the cache on.
+        "backendMiss": s.backend_misses if s.cache is not None else frozenset(),
         "keys": keys,
     }
 
@@ -366,10 +419,11 @@ def _answer_of(s: model.State, o: Mapping[str, object]) -> tuple[int, list[bool]
     return group.group_id, [answers[(k, g)] for k, g in zip(group.keys, group.gens, strict=True)]
 
 
-def _mark_miss_keys(source: TlaState, dest: TlaState) -> list[bytes]:
+def _mark_miss_keys(source: TlaState, dest: TlaState, *, fallback: bool = True) -> list[bytes]:
     """The keys a MarkMiss step forced: those whose state or moot generation changed.
 
-    A step that changed nothing forced keys already forced (every live forced key).
+    A step that changed nothing forced keys already forced (every live forced
+    key), unless ``fallback`` is False (the step forgot a remembered answer).
     """
     phase: Mapping[object, str] = source["phase"]  # type: ignore[assignment]
     live = [k for k, p in phase.items() if p != "ABSENT"]
@@ -380,6 +434,8 @@ def _mark_miss_keys(source: TlaState, dest: TlaState) -> list[bytes]:
         if any(source[v][k] != dest[v][k] for v in ("phase", "verdict", "forced", "gen"))  # type: ignore[index]
         or source["gen"][k] in moot_new  # type: ignore[index]
     ]
+    if not fallback:
+        return [_key(k) for k in changed]
     return [_key(k) for k in (changed or [k for k in live if source["forced"][k]])]  # type: ignore[index]
 
 
@@ -397,7 +453,11 @@ def replay_edge(
     """
     if action == "Lookup":
         out: Mapping[str, object] = dest["out"]  # type: ignore[assignment]
-        return model.lookup(s, _key(out["key"]), str(out["req"]))[0]
+        key = out["key"]
+        # A key without a state: served from memory iff it is RESOLVED at once.
+        new = source["phase"][key] == "ABSENT"  # type: ignore[index]
+        fresh = dest["phase"][key] == "RESOLVED" if new else None  # type: ignore[index]
+        return model.lookup(s, _key(key), str(out["req"]), fresh=fresh)[0]
     if action == "Flush":
         subq: tuple[frozenset[Mapping[str, object]], ...] = dest["subq"]  # type: ignore[assignment]
         owners = {}
@@ -410,7 +470,13 @@ def replay_edge(
         (req,) = [r for r in before if before[r] and not after[r]]
         return model.cleanup(s, str(req))
     if action == "MarkMiss":
-        return model.mark_miss(s, _mark_miss_keys(source, dest), skip_unresolved=flavour == "vllm")
+        # With the cache on, a key may be given for its remembered answer alone.
+        mem: Mapping[object, str] = source["mem"]  # type: ignore[assignment]
+        forgotten = [_key(k) for k, v in mem.items() if v != "none" and dest["mem"][k] == "none"]  # type: ignore[index]
+        given = _mark_miss_keys(source, dest, fallback=not forgotten)
+        return model.mark_miss(
+            s, [*given, *(k for k in forgotten if k not in given)], skip_unresolved=flavour == "vllm"
+        )
     if action in ("CompleteGroup", "LateAnswer", "FailGroup", "TimeOut", "Saturate"):
         gid, verdicts = _answer_of(s, _new_outcome(dest))
         if action == "CompleteGroup":

@@ -38,6 +38,7 @@ from mutant_runs import mutant_run
 
 from kvprobe.check import reach_config
 from kvprobe.spec import actions as spec_actions, model
+from kvprobe.spec.model_cache import CACHE_INVARIANTS
 from kvprobe.tlc import parse_value, run_tlc, tla_dir
 
 Graph = tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]
@@ -52,20 +53,26 @@ ACTIONS = set(spec_actions.ACTIONS)
 _PREPARED: dict[int, tuple[dict[str, View], dict[str, model.State]]] = {}
 
 
-def _prepared(graph: Graph) -> tuple[dict[str, View], dict[str, model.State]]:
+def _prepared(graph: Graph, *, cache: bool = False) -> tuple[dict[str, View], dict[str, model.State]]:
     """Each state's projection and reference state, once per graph (neither reads what the slips patch)."""
     if id(graph) not in _PREPARED:
         states = graph[0]
         views = {sid: view_of_tla(state) for sid, state in states.items()}
-        _PREPARED[id(graph)] = views, {sid: to_model(state) for sid, state in states.items()}
+        _PREPARED[id(graph)] = views, {sid: to_model(state, cache=cache) for sid, state in states.items()}
     return _PREPARED[id(graph)]
 
 
 def _model_checks(sid: str, state_view: View, state_model: model.State) -> list[str]:
-    """A state's mapping (a TLA+ state and its reference state project alike) and its invariants."""
+    """A state's mapping (a TLA+ state and its reference state project alike) and its invariants.
+
+    With the verdict cache on, the cache's invariants too.
+    """
     got = view_of_model(state_model, state_view["keys"])  # type: ignore[arg-type]
+    invariants = {**model.INVARIANTS, **(CACHE_INVARIANTS if state_model.cache is not None else {})}
     return [f"state {sid}: {line}" for line in differences(state_view, got)] + [
-        f"state {sid}: {name} fails in the reference model" for name in model.broken_invariants(state_model)
+        f"state {sid}: {name} fails in the reference model"
+        for name, holds in invariants.items()
+        if not holds(state_model)
     ]
 
 
@@ -85,13 +92,16 @@ def _step_differences(
     return differences(want, view_of_model(after, want["keys"]))  # type: ignore[arg-type]
 
 
-def replay(graph: Graph, *, stop_at_first: bool = False, flavour: str = "native") -> tuple[Counter[str], list[str]]:
+def replay(
+    graph: Graph, *, stop_at_first: bool = False, flavour: str = "native", cache: bool = False
+) -> tuple[Counter[str], list[str]]:
     """Replay ``graph`` (no symmetry): (edges replayed per action, one line per divergence).
 
-    ``flavour`` is the MarkMissFlavour of the config TLC explored.
+    ``flavour`` is the MarkMissFlavour of the config TLC explored, ``cache``
+    whether it turns the verdict cache on.
     """
     states, edges = graph
-    views, models = _prepared(graph)
+    views, models = _prepared(graph, cache=cache)
     failures: list[str] = []
     for sid in states:
         failures += _model_checks(sid, views[sid], models[sid])
@@ -428,3 +438,51 @@ def test_the_reference_model_applies_an_outcome_beside_a_running_group_of_its_ba
     key = next(iter(applied["probes"]))[0]
     after, verdict = model.lookup(to_model(states[-1]), str(key).encode(), str(applied["req"]))
     assert verdict is not None and after.taken, (verdict, after.taken)
+
+
+# --- each walk with the verdict cache (tla/chain-cache.cfg, tla/inferred-cache.cfg) ----------------
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("fixture", ["chain_cache_graph", "inferred_cache_graph"])
+def test_every_edge_of_a_walk_with_the_cache_is_a_step_of_the_reference_model(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    # Walks meet keys served from memory: each TLC step, a recall and a MarkMiss
+    # that forgets a key without a state among them, is the reference model's
+    # step, with the same memory and history; every state keeps the cache's
+    # invariants in the reference model too.
+    graph: Graph = request.getfixturevalue(fixture)
+    replayed, failures = replay(graph, cache=True)
+    assert not failures, f"{len(failures)} divergences; first: " + "\n".join(failures[:5])
+    states, edges = graph
+    assert sum(replayed.values()) == len(edges)
+    recalls = [
+        (s, d)
+        for s, a, d in edges
+        if a == "Lookup"
+        and any(
+            states[s]["phase"][k] == "ABSENT" and states[d]["phase"][k] == "RESOLVED"
+            for k in states[s]["phase"]  # type: ignore[index]
+        )
+    ]
+    assert recalls, "no lookup served from memory"
+    assert any(states[d]["chainUntoldHit"] is False and states[d]["asked"] != states[s]["asked"] for s, d in recalls), (  # type: ignore[index]
+        "no walk's lookup served from memory"
+    )
+
+
+@pytest.mark.tlc
+def test_a_recall_slipped_out_of_the_reference_model_is_seen(
+    chain_cache_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slip: the reference model serves a remembered answer under the new
+    # generation's name, not the one it was recalled from (recalled keeps the new one).
+    correct = model._recalled
+    monkeypatch.setattr(
+        model, "_recalled", lambda s, key, req, verdict, source: correct(s, key, req, verdict, s.next_gen)
+    )
+    _PREPARED.pop(id(chain_cache_graph), None)
+    _, failures = replay(chain_cache_graph, stop_at_first=True, cache=True)
+    _PREPARED.pop(id(chain_cache_graph), None)
+    assert failures and "-[Lookup]->" in failures[0] and "recalled:" in failures[0], failures[:1]

@@ -275,6 +275,70 @@ def test_liveness_on_two_keys_and_two_requests_holds() -> None:
 @pytest.mark.tlc
 @pytest.mark.long
 @pytest.mark.parametrize(
+    "config",
+    [
+        # 2 stuck calls and 2 deaths on default's keys and requests (about a minute)
+        "keys2",
+        # EventuallyReclaimed with a timeout, saturation and a death on 2 x 2 (about 10 minutes)
+        "liveness2",
+    ],
+)
+def test_the_wider_configs_hold(config: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Every config runs in some CI stage: these two in the long tests.
+    assert main(["--quiet", "--workers", "1", "--config", config]) == EXIT_OK
+    assert f"kvprobe check {config} (mutant none): OK, no violation" in capsys.readouterr().out
+
+
+#: Every config of tla/ and the test (module, function or fixture) that runs
+#: TLC on it (issue 41: no config runs nowhere); default.cfg is what
+#: ``kvprobe check`` runs without ``--config``.
+CONFIG_TESTS = {
+    "default": ("test_tla_check.py", "test_default_config_passes_and_reports_its_state_count"),
+    "deadlock": ("test_tla_check.py", "test_deadlock_config_passes_and_its_end_is_the_bound"),
+    "deep": ("test_tla_check.py", "test_deep_simulation_runs_and_catches_a_mutant"),
+    "keys2": ("test_tla_check.py", "test_the_wider_configs_hold"),
+    "liveness": ("test_tla_check.py", "test_lost_failure_is_a_liveness_violation"),
+    "liveness-ci": ("test_tla_check.py", "test_liveness_on_two_keys_and_two_requests_holds"),
+    "liveness2": ("test_tla_check.py", "test_the_wider_configs_hold"),
+    "reach": ("test_tla_check.py", "test_reachability_witnesses_exist"),
+    "vllm": ("conftest.py", "vllm_graph"),
+    "cache": ("test_tla_cache.py", "test_the_cache_config_passes_and_serves_from_memory"),
+    "chain": ("test_tla_chain.py", "test_the_chain_configs_pass"),
+    "chain-window": ("test_tla_chain.py", "test_the_chain_configs_pass"),
+    "chain-inferred": ("test_tla_chain.py", "test_the_chain_configs_pass"),
+    "chain-inferred-holes": ("test_tla_chain.py", "test_a_store_with_holes_breaks_the_inferred_walk"),
+    "chain-cache": ("test_tla_chain.py", "test_each_walk_with_the_cache_passes_and_serves_from_memory"),
+    "inferred-cache": ("test_tla_chain.py", "test_each_walk_with_the_cache_passes_and_serves_from_memory"),
+}
+
+
+def test_every_config_is_run_by_a_test() -> None:
+    from test_tla_chain import COMBINED, CONFIGS
+
+    here = Path(__file__).parent
+    assert {cfg.stem for cfg in tla_dir().glob("*.cfg")} == set(CONFIG_TESTS)
+    for config, (module, function) in CONFIG_TESTS.items():
+        text = (here / module).read_text()
+        start = text.index(f"def {function}(")
+        end = min(
+            (text.find(mark, start + 1) for mark in ("\ndef ", "\n@") if text.find(mark, start + 1) > 0),
+            default=len(text),
+        )
+        # The function with its decorators (a parametrized config is named there).
+        body = text[max(0, text.rfind("\n\n\n", 0, start)) : end]
+        if config == "default":
+            assert 'main(["--quiet"])' in body, function
+        elif function == "test_the_chain_configs_pass":
+            assert config in CONFIGS.values() and "sorted(set(CONFIGS.values()))" in body, config
+        elif function == "test_each_walk_with_the_cache_passes_and_serves_from_memory":
+            assert config in COMBINED and "COMBINED" in body, config
+        else:
+            assert f'"{config}' in body or f"{config}.cfg" in body, (config, function)
+
+
+@pytest.mark.tlc
+@pytest.mark.long
+@pytest.mark.parametrize(
     ("mutant", "leak"),
     [
         # a failed group publishes nothing: its probe stays IN_FLIGHT for ever
