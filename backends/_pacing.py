@@ -24,7 +24,10 @@ a lock and ``time.monotonic`` around one core.
   body: a HEAD's never has one, which is why botocore's adaptive mode never
   paces on HEADs; NIXL reports a 503, a 500 and a reset alike, so all count).
   Outcomes are judged per **window** (at least ``window_heads`` HEADs over
-  at least ``window_min_s``), counting only queries sent after the window
+  at least ``window_min_s``, or, without a failure, ``window_max_s``
+  whatever the HEADs: at a low rate 64 HEADs take minutes, and each window
+  may at most double the rate, so the way back from the floor took about
+  four minutes), counting only queries sent after the window
   opened: a failure of a query sent before the last decrease says nothing
   about the new rate (TCP's one decrease per round trip); a pause in the
   demand opens a new window (idle time is not a rate the store imposed).
@@ -168,6 +171,8 @@ class PaceCore:
         window_heads, window_min_s: a window is judged once it has this
             many HEADs' outcomes, half of them answered, over at least
             ``window_min_s``.
+        window_max_s: a window without a failure is judged after this
+            long whatever its HEADs (at least one answered).
         idle_s: a pause in reservations longer than this (or than two
             reservations' worth of the rate) starts a new window: idle time
             is not a rate the store imposed.
@@ -197,6 +202,7 @@ class PaceCore:
         burst_s: float = 0.1,
         window_heads: int = 64,
         window_min_s: float = 0.25,
+        window_max_s: float = 1.0,
         idle_s: float = 0.5,
         holdoff_max: int = 8,
         max_hold_s: float = 30.0,
@@ -205,6 +211,7 @@ class PaceCore:
         for name, value in (("c", c), ("floor", floor), ("burst_s", burst_s), ("window_min_s", window_min_s)):
             check_positive(name, value)
         check_positive("idle_s", idle_s)
+        check_positive("window_max_s", window_max_s)
         check_positive("max_hold_s", max_hold_s)
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must be in (0, 1), got {beta!r}")
@@ -214,12 +221,19 @@ class PaceCore:
         self.c, self.beta, self.floor, self.burst_s = c, beta, floor, burst_s
         self.window_heads, self.window_min_s, self.idle_s = window_heads, window_min_s, idle_s
         self.holdoff_max, self.max_hold_s = holdoff_max, max_hold_s
+        self.window_max_s = window_max_s
         self.stats = PaceStats()
         self.paced = False  # False until the first decrease: reservations start at once
         self.w_max = 0.0  # the rate at the last decrease (HEAD/s)
         self.t_decrease = now  # CUBIC's epoch: the rate is beta * w_max here
         self.k = 0.0
         self.measured = 0.0  # HEADs with an outcome per second, smoothed over windows
+        # The last window judged had no failure and its reservations waited:
+        # the demand uses all the rate, which then grows as CUBIC says, not
+        # capped at twice what was measured (that cap keeps an idle
+        # process's rate down; at a low rate it made the way back from the
+        # floor one doubling per window, minutes).
+        self.demand_above = False
         self.tat = now  # GCRA's theoretical arrival time
         self.hold_until = -math.inf  # Retry-After
         self._window = _Window(now)
@@ -291,8 +305,12 @@ class PaceCore:
             return max(self.floor, self.beta * self.w_max)
         t = now - self.t_decrease - self.k
         cubic = self.w_max + self.c * t * t * t
-        cap = max(2.0 * self.measured, self.w_max)
-        return max(self.floor, min(cubic, cap))
+        last_at, last_heads = self._last_reserved
+        if self.demand_above and now - last_at <= max(
+            self.window_max_s, 2 * last_heads / max(self.floor, self.measured)
+        ):
+            return max(self.floor, cubic)  # the demand is still there: not an idle process
+        return max(self.floor, min(cubic, max(2.0 * self.measured, self.w_max)))
 
     def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
         """When ``heads`` HEADs may start (``>= now``), reserving them.
@@ -346,20 +364,25 @@ class PaceCore:
         window = self._window
         if window.queries == 0:
             return
-        if (
-            window.heads < self.window_heads
-            or window.answered_heads < self.window_heads // 2  # what the store served is measured, not guessed
-            or now - window.first_sent < self.window_min_s
-        ):
+        span = now - window.first_sent
+        full = window.heads >= self.window_heads and window.answered_heads >= self.window_heads // 2
+        # What the store served is measured, not guessed: half the HEADs
+        # answered, or a long quiet window (a low rate's way back up).
+        quiet = not window.failures and span >= self.window_max_s
+        if not (full or quiet) or span < self.window_min_s:
             return
         sent = window.send_rate(now)
         failed = window.failed_per_head()
         # HEADs the store answered per second, whether or not NIXL kept the
         # answers: at its capacity this stays when we slow down.
         served = sent * (1.0 - failed)
+        # The rate this window was sent under (held while a decrease is
+        # checked), before its own sends raise the cap on regrowth: a
+        # decrease steps down from it, never from a rate it never had.
+        held = self.rate(now)
         self.measured = 0.8 * sent + 0.2 * self.measured
+        self.demand_above = window.binding and not window.failures
         self._window = _Window(now)
-        held = self.rate(now)  # the rate this window was sent under (held while a decrease is checked)
         verify, self._verify = self._verify, None
         if not window.failures:
             at, most = self._kept_up
@@ -398,7 +421,7 @@ class PaceCore:
                 self._doubted = True
                 self._verify = verify  # judged against the same window as before
                 self.w_max *= self.beta
-                self.tat = now + self.burst_s
+                self.tat = max(self.tat, now + self.burst_s)
                 self.stats.decreases += 1
                 return
         self._doubted = False
@@ -428,10 +451,9 @@ class PaceCore:
             # 198 HEAD/s within a second (0.7 cubed), under the demand that
             # followed.  The next window judges the new rate; heavier
             # failures still cut at once.
-            self._decrease(now, served, failed, sent)
+            self._decrease(now, served, failed, sent, held)
 
-    def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:
-        current = self.rate(now)
+    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
         # What a few failures step down from: the pace's rate or, from
         # unpaced, the most the store served without a failure of late.
         step_from = current
@@ -458,7 +480,9 @@ class PaceCore:
         self._verify = (served, failed, achieved)
         self._unsettled = 0
         self._set_epoch(base, now)
-        self.tat = now + self.burst_s  # no burst credit: the next window measures the new rate
+        # No burst credit (the next window measures the new rate), and the
+        # HEADs already granted keep their time: a later start than theirs.
+        self.tat = max(self.tat, now + self.burst_s)
         self.paced = True
         self.stats.decreases += 1
 

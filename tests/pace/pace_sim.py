@@ -34,7 +34,16 @@ from typing import Any, Protocol
 from kvprobe.backends._obj_lookup import Chunk, QuerySize, RetryPlan, RetryPolicy, shed_margin, usual_query_s
 from kvprobe.backends._pacing import PaceCore
 
-__all__ = ["CappedStore", "OperatorRun", "ServedStore", "Store", "VirtualLookup", "operator_run", "served_heads_per_s"]
+__all__ = [
+    "CappedStore",
+    "OperatorRun",
+    "ServedStore",
+    "Store",
+    "VirtualLookup",
+    "operator_run",
+    "saturating_clients",
+    "served_heads_per_s",
+]
 
 
 class Store(Protocol):
@@ -298,3 +307,41 @@ def operator_run(
 def served_heads_per_s(starts: list[tuple[float, int]], since: float, until: float) -> float:
     """HEADs sent per second over ``[since, until)``."""
     return sum(h for t, h in starts if since <= t < until) / max(until - since, 1e-9)
+
+
+def saturating_clients(
+    paces: list[PaceCore], store: Store, *, seconds: float, heads: int = 4, in_flight: int = 16, seed: int = 0
+) -> list[list[tuple[float, int]]]:
+    """Clients that always have HEADs to send (``in_flight`` queries of ``heads`` each at most), one per pace.
+
+    Each sends as its pace allows, against one shared ``store``; returns each
+    client's sends (when, HEADs).
+    """
+    rng = random.Random(seed)
+    events: list[tuple[float, int, int, str, float, bool]] = []  # (when, seq, client, kind, sent_at, failed)
+    seq = itertools.count()
+    busy = [0] * len(paces)
+    sends: list[list[tuple[float, int]]] = [[] for _ in paces]
+    waiting = [False] * len(paces)
+    for i in range(len(paces)):
+        heapq.heappush(events, (0.0, next(seq), i, "send", 0.0, False))
+    while events:
+        now, _, i, kind, sent_at, failed = heapq.heappop(events)
+        if now > seconds:
+            break
+        pace = paces[i]
+        if kind == "done":
+            busy[i] -= 1
+            (pace.failed if failed else pace.answered)(now, sent_at, heads)
+        elif kind == "send":
+            waiting[i] = False
+            failed_now, took = store.query(now, heads, rng)
+            sends[i].append((now, heads))
+            heapq.heappush(events, (now + took, next(seq), i, "done", now, failed_now))
+        if busy[i] < in_flight and not waiting[i]:
+            start = pace.reserve(now, heads)
+            assert start is not None
+            busy[i] += 1
+            waiting[i] = True
+            heapq.heappush(events, (start, next(seq), i, "send", 0.0, False))
+    return sends
