@@ -111,7 +111,7 @@ class PaceModel:
             PaceRuleBroken: ``NoEarlyShed``.
         """
         self.refusals += 1
-        if earliest is not None and earliest <= not_after + EPS:
+        if earliest is not None and earliest <= not_after:  # exact: the pace compares the same two floats
             raise PaceRuleBroken(
                 f"NoEarlyShed: refused at {now} although it could start at {earliest}, by its deadline {not_after}"
             )

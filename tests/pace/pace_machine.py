@@ -73,7 +73,12 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
         @precondition(lambda self: self.core is not None and bool(self.held))
         @rule()
         def give_back(self) -> None:
+            # The backend gives back only a reservation still ahead (a call's
+            # held query at its deadline); one whose start has passed went out.
             core, model = self._pace()
+            self.advance(0.0)
+            if not self.held:
+                return
             ident, _, heads = self.held.pop()
             core.release(self.now, heads)
             model.released(ident)
