@@ -19,7 +19,7 @@ from kvprobe.backends._pacing import PaceCore
 from kvprobe.testing.search import failure_messages
 
 SEARCH = settings(
-    max_examples=200,
+    max_examples=600,
     stateful_step_count=30,
     derandomize=True,
     database=None,
