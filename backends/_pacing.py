@@ -24,7 +24,10 @@ a lock and ``time.monotonic`` around one core.
   body: a HEAD's never has one, which is why botocore's adaptive mode never
   paces on HEADs; NIXL reports a 503, a 500 and a reset alike, so all count).
   Outcomes are judged per **window** (at least ``window_heads`` HEADs over
-  at least ``window_min_s``), counting only queries sent after the window
+  at least ``window_min_s``, or, without a failure, ``window_max_s``
+  whatever the HEADs: at a low rate 64 HEADs take minutes, and each window
+  may at most double the rate, so the way back from the floor took about
+  four minutes), counting only queries sent after the window
   opened: a failure of a query sent before the last decrease says nothing
   about the new rate (TCP's one decrease per round trip); a pause in the
   demand opens a new window (idle time is not a rate the store imposed).
@@ -55,19 +58,34 @@ a lock and ``time.monotonic`` around one core.
 * **A decrease must help.**  A store that fails a fixed fraction of
   requests whatever the rate (a fault, or a gateway's noise) would drive any
   loss-based limiter to its floor (botocore's adaptive mode would send 0.5
-  requests/s under 20 % random 503s).  So the window after a decrease checks
-  it: when failures remain, the pace was the limit, the HEADs the store
-  answered per second fell with the rate (below ``(1 + beta) / 2`` of
-  before, counting the HEADs of failed queries it did answer) and the
-  failures per HEAD did not halve, twice in a row (the rate held meanwhile),
-  the failures do not come from our rate:
-  every decrease since the store last kept up (a window without failures)
-  is undone, back to unpaced if it was, and the next decrease waits
-  ``holdoff`` windows (1, 2, 4, ... up to ``holdoff_max`` while decreases
-  keep not helping).  A store at its capacity keeps answering as many HEADs
-  per second at the lower rate, or stops failing: there the decrease stays.
-  A window in which the store answered nothing (an outage) decreases
-  nothing: a store that is down is not congested.
+  requests/s under 20 % random 503s).  So the windows after a decrease check
+  it, the rate held meanwhile.  It helped when the failures per HEAD fell
+  (halved, and by more than chance: :func:`fell`).  It is not tested yet
+  while the sends have not come down to it (the pace bound them, but the
+  HEADs held for the lower rate and its burst kept them up) or the demand
+  stayed below it (the client's own concurrency set the sends): held, not
+  stepped down again, for up to ``UNTESTED_WINDOWS`` windows.  It did not
+  help when the pace bound the sends, they came down, and the HEADs the
+  store answered per second fell with them (below ``(1 + beta) / 2`` of
+  before, counting the HEADs of failed queries it did answer) while the
+  failures per HEAD did not: a store at its capacity keeps answering as
+  many HEADs per second at the lower rate, or stops failing.  Seen once,
+  the rate steps down once more (a decrease that did not reach the capacity
+  is not noise); seen twice, every decrease since the store last kept up (a
+  window without failures) is undone, back to unpaced if it was, and the
+  next decrease waits ``holdoff`` windows (1, 2, 4, ... up to
+  ``holdoff_max`` while decreases keep not helping).
+* **Noise.**  The share of HEADs that kept failing at the lower rate (if at
+  most ``1 - beta``: a larger one is more likely a decrease that fell short)
+  is the store's **noise**: a window failing no more than
+  ``2 * noise + NOISE_MARGIN`` is not a congestion signal, and the rate is
+  held through it; the retries, not a lower rate, answer its keys.  The
+  noise decays as windows fail less.  So under a flaky gateway's 5 % or
+  20 % the pace tries one decrease, sees it not help, and stays at the
+  store's rate; a store at its limit with such noise is still paced down
+  once its failures exceed the limit.  A window in which the store
+  answered nothing (an outage) decreases nothing: a store that is down is
+  not congested.
 * **Retry-After** (seconds or an HTTP date, as the store sends it) holds
   every reservation until then (at most ``max_hold_s``).
 * **Reservations** follow GCRA (a virtual-time token bucket): ``n`` HEADs
@@ -158,6 +176,8 @@ class PaceCore:
         window_heads, window_min_s: a window is judged once it has this
             many HEADs' outcomes, half of them answered, over at least
             ``window_min_s``.
+        window_max_s: a window without a failure is judged after this
+            long whatever its HEADs (at least one answered).
         idle_s: a pause in reservations longer than this (or than two
             reservations' worth of the rate) starts a new window: idle time
             is not a rate the store imposed.
@@ -187,6 +207,7 @@ class PaceCore:
         burst_s: float = 0.1,
         window_heads: int = 64,
         window_min_s: float = 0.25,
+        window_max_s: float = 1.0,
         idle_s: float = 0.5,
         holdoff_max: int = 8,
         max_hold_s: float = 30.0,
@@ -195,6 +216,7 @@ class PaceCore:
         for name, value in (("c", c), ("floor", floor), ("burst_s", burst_s), ("window_min_s", window_min_s)):
             check_positive(name, value)
         check_positive("idle_s", idle_s)
+        check_positive("window_max_s", window_max_s)
         check_positive("max_hold_s", max_hold_s)
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must be in (0, 1), got {beta!r}")
@@ -204,22 +226,34 @@ class PaceCore:
         self.c, self.beta, self.floor, self.burst_s = c, beta, floor, burst_s
         self.window_heads, self.window_min_s, self.idle_s = window_heads, window_min_s, idle_s
         self.holdoff_max, self.max_hold_s = holdoff_max, max_hold_s
+        self.window_max_s = window_max_s
         self.stats = PaceStats()
         self.paced = False  # False until the first decrease: reservations start at once
         self.w_max = 0.0  # the rate at the last decrease (HEAD/s)
         self.t_decrease = now  # CUBIC's epoch: the rate is beta * w_max here
         self.k = 0.0
         self.measured = 0.0  # HEADs with an outcome per second, smoothed over windows
+        # The last window judged had no failure and its reservations waited:
+        # the demand uses all the rate, which then grows as CUBIC says, not
+        # capped at twice what was measured (that cap keeps an idle
+        # process's rate down; at a low rate it made the way back from the
+        # floor one doubling per window, minutes).
+        self.demand_above = False
         self.tat = now  # GCRA's theoretical arrival time
         self.hold_until = -math.inf  # Retry-After
         self._window = _Window(now)
         self._last_reserved = (now, 0)  # when, and how many HEADs
-        self._verify: tuple[float, float] | None = None  # (served/s, failed per HEAD) before the last decrease
+        # (served/s, failed per HEAD, sent/s) in the window that decided the last decrease
+        self._verify: tuple[float, float, float] | None = None
+        self._unsettled = 0  # windows after the last decrease whose sends had not come down to it yet
         # The rate before the first of the decreases since the store last kept
         # up (None: unpaced then), and whether there were any.
         self._top: float | None = None
         self._decreasing = False
         self._doubted = False  # the last window judged the last decrease useless
+        # Failures per HEAD a decrease showed not to come from the rate (a
+        # flaky gateway's share): windows failing no more are not signals.
+        self.noise = 0.0
         self._holdoff = 1  # windows the next undone decrease makes later ones wait
         self._holdoff_left = 0
         # The most HEADs per second a window served without a failure, and
@@ -276,8 +310,12 @@ class PaceCore:
             return max(self.floor, self.beta * self.w_max)
         t = now - self.t_decrease - self.k
         cubic = self.w_max + self.c * t * t * t
-        cap = max(2.0 * self.measured, self.w_max)
-        return max(self.floor, min(cubic, cap))
+        last_at, last_heads = self._last_reserved
+        if self.demand_above and now - last_at <= max(
+            self.window_max_s, 2 * last_heads / max(self.floor, self.measured)
+        ):
+            return max(self.floor, cubic)  # the demand is still there: not an idle process
+        return max(self.floor, min(cubic, max(2.0 * self.measured, self.w_max)))
 
     def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
         """When ``heads`` HEADs may start (``>= now``), reserving them.
@@ -331,18 +369,24 @@ class PaceCore:
         window = self._window
         if window.queries == 0:
             return
-        if (
-            window.heads < self.window_heads
-            or window.answered_heads < self.window_heads // 2  # what the store served is measured, not guessed
-            or now - window.first_sent < self.window_min_s
-        ):
+        span = now - window.first_sent
+        full = window.heads >= self.window_heads and window.answered_heads >= self.window_heads // 2
+        # What the store served is measured, not guessed: half the HEADs
+        # answered, or a long quiet window (a low rate's way back up).
+        quiet = not window.failures and span >= self.window_max_s
+        if not (full or quiet) or span < self.window_min_s:
             return
         sent = window.send_rate(now)
         failed = window.failed_per_head()
         # HEADs the store answered per second, whether or not NIXL kept the
         # answers: at its capacity this stays when we slow down.
         served = sent * (1.0 - failed)
+        # The rate this window was sent under (held while a decrease is
+        # checked), before its own sends raise the cap on regrowth: a
+        # decrease steps down from it, never from a rate it never had.
+        held = self.rate(now)
         self.measured = 0.8 * sent + 0.2 * self.measured
+        self.demand_above = window.binding and not window.failures
         self._window = _Window(now)
         verify, self._verify = self._verify, None
         if not window.failures:
@@ -351,23 +395,59 @@ class PaceCore:
                 self._kept_up = (now, served)
             self._decreasing = False  # the store is keeping up: the decreases so far stand
             self._holdoff = 1
-        elif verify is not None and window.binding and self._decreasing:
-            served_before, failed_before = verify
-            if served < (1 + self.beta) / 2 * served_before and failed > 0.5 * failed_before:
-                # Twice in a row before undoing: one window's noise at a store
-                # at its capacity must not send the pace back up.
+        elif verify is not None and self._decreasing and not fell(verify[1], failed, window.heads):
+            # The failures per HEAD did not fall at the lower rate.  Either
+            # the pace held the sends (binding) and the store answered fewer
+            # HEADs per second with them (a store at its capacity answers as
+            # many), or the demand stayed below the lower rate (the
+            # client's concurrency, not the pace, set the sends): in both
+            # cases the rate is not what the store fails.
+            served_before, _, sent_before = verify
+            if window.binding:
+                untested = sent >= (1 + self.beta) / 2 * sent_before
+            else:
+                untested = held is not None and sent < held
+            if untested and self._unsettled < UNTESTED_WINDOWS:
+                # The sends have not come down to the lower rate yet (the
+                # HEADs held for it, its burst), or the demand was below it:
+                # the decrease is not tested yet.  Held, not stepped down again.
+                self._unsettled += 1
+                self._verify = verify
+                return
+            if window.binding and served < (1 + self.beta) / 2 * served_before:
+                # Twice in a row before undoing, the second time one step
+                # lower still: one window's noise at a store at its capacity
+                # must not send the pace back up, and a decrease that did
+                # not reach the capacity (what a store far over it served is
+                # overestimated) must not be taken for noise.
                 if self._doubted:
-                    self._undo(now)
+                    self._undo(now, (verify[1] + failed) / 2)
                     return
                 self._doubted = True
-                self._verify = verify  # held at the lower rate for one more window
+                self._verify = verify  # judged against the same window as before
+                self.w_max *= self.beta
+                self.tat = max(self.tat, now + self.burst_s)
+                self.stats.decreases += 1
                 return
         self._doubted = False
         if verify is not None:
             self.t_decrease = now  # kept: CUBIC's regrowth starts from here
+        noise = self.noise
+        if failed <= self.noise_limit():
+            # What a decrease showed not to come from the rate: a window with
+            # no more than that is the store as it is, not a congestion
+            # signal.  Forgotten as windows fail less (never raised here: a
+            # store at its capacity failing just under the limit must not
+            # lift it).
+            self.noise = min(noise, 0.9 * noise + 0.1 * failed)
         if self._holdoff_left:
             self._holdoff_left -= 1
-        elif window.failures and failed < 1.0 and (verify is None or failed >= 1 - self.beta):
+        elif (
+            window.failures
+            and failed < 1.0
+            and failed > self.noise_limit()
+            and (verify is None or failed >= 1 - self.beta)
+        ):
             # A few failures in the window right after a decrease do not
             # step down again: they are the store still recovering from the
             # window that was cut (a drained token bucket refills at its
@@ -376,10 +456,9 @@ class PaceCore:
             # 198 HEAD/s within a second (0.7 cubed), under the demand that
             # followed.  The next window judges the new rate; heavier
             # failures still cut at once.
-            self._decrease(now, served, failed, sent)
+            self._decrease(now, served, failed, sent, held)
 
-    def _decrease(self, now: float, served: float, failed: float, achieved: float) -> None:
-        current = self.rate(now)
+    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
         # What a few failures step down from: the pace's rate or, from
         # unpaced, the most the store served without a failure of late.
         step_from = current
@@ -403,15 +482,30 @@ class PaceCore:
             base = max(self.floor, min(base, served / self.beta))
         if not self._decreasing:
             self._decreasing, self._top = True, current
-        self._verify = (served, failed)
+        self._verify = (served, failed, achieved)
+        self._unsettled = 0
         self._set_epoch(base, now)
-        self.tat = now + self.burst_s  # no burst credit: the next window measures the new rate
+        # No burst credit (the next window measures the new rate), and the
+        # HEADs already granted keep their time: a later start than theirs.
+        self.tat = max(self.tat, now + self.burst_s)
         self.paced = True
         self.stats.decreases += 1
 
-    def _undo(self, now: float) -> None:
+    def noise_limit(self) -> float:
+        """The failures per HEAD a window may have without being a congestion signal (0 until a decrease was undone)."""
+        return 2.0 * self.noise + NOISE_MARGIN if self.noise else 0.0
+
+    def _undo(self, now: float, failed: float) -> None:
         # Back to before the decreases that did not help: unpaced if it was,
         # else that rate as if K seconds had passed since (CUBIC's plateau).
+        # The share of HEADs that kept failing at the lower rate is noise,
+        # if it is a share a gateway's noise has: above 1 - beta, a
+        # decrease that did not help is more likely one that did not go
+        # low enough (far over a store's capacity, what it served is
+        # overestimated from queries of a few HEADs), and the holdoff,
+        # not the noise, spaces the next ones.
+        if failed <= 1 - self.beta:
+            self.noise = max(self.noise, failed)
         if self._top is None:
             self.paced = False
         else:
@@ -427,6 +521,29 @@ class PaceCore:
         self.w_max = w_max
         self.k = (w_max * (1 - self.beta) / self.c) ** (1 / 3)
         self.t_decrease = now
+
+
+# Windows a decrease waits for sends that test it (held at the lower rate)
+# before it is judged as if they had.
+UNTESTED_WINDOWS = 3
+
+# Above twice the noise, this much more of the HEADs failing is a signal:
+# a window of 64 HEADs measures a 5 % share within about +-3 %.
+NOISE_MARGIN = 0.05
+
+
+def fell(before: float, after: float, heads: int) -> bool:
+    """Whether a share of failed HEADs fell from ``before`` to ``after`` (over ``heads`` HEADs): halved, beyond chance.
+
+    Beyond chance: by more than two standard deviations of the count
+    ``before`` would give over ``heads`` HEADs (Poisson).  A window of 64
+    HEADs at a 5 % share holds about 3 failures: one window with 1 says
+    nothing, and judged by halving alone such windows kept decreases that
+    did not help, one after another (the pace stepped from 530 to 67 HEAD/s
+    under 5 % random 503s in 8 seconds, on the virtual clock).
+    """
+    expected = before * heads
+    return after <= 0.5 * before and after * heads < expected - 2.0 * math.sqrt(expected)
 
 
 def check_positive(name: str, value: float) -> None:

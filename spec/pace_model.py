@@ -1,0 +1,164 @@
+"""The object tier's pace as rules an observer can check: a reference model of ``PaceCore`` (pure, no clock).
+
+Why.  The pace (``kvprobe.backends._pacing.PaceCore``) decides when HEADs
+may start and how its rate follows the store's answers.  Its code holds the
+decisions; this module holds what must be true of them, written from what
+the pace did (each grant, refusal, hold and rate it showed), never from the
+predicates it used to decide.  The stateful suite (``tests/pace/``) runs
+``PaceCore`` on a virtual clock, feeds :class:`PaceModel` every step, and
+each rule names the property that broke.
+
+Rules (their names appear in every violation):
+
+* ``RateBound``: between two paced grants, the grants before the later one
+  fit in the time between them at the rates they were granted at, less one
+  burst: ``start_j - start_i >= sum(heads_k / rate_k, i <= k < j) - burst_s``.
+  A run of grants is cut where the pace was unpaced or a grant was given
+  back (its HEADs never went out).
+* ``NoEarlyShed``: a reservation is refused only when the earliest start the
+  pace would have given it (asked without a deadline) is after its deadline.
+* ``HoldHonoured``: no grant starts before the end of a ``Retry-After``
+  hold (capped at ``max_hold_s``).
+* ``RateFloor``: a paced rate is never below ``floor``.
+* ``DecreaseLowers``: a step in which the pace counted a decrease never
+  raises its rate.
+* ``UndoRestores``: a step in which it counted an undone decrease never
+  lowers its rate.
+
+:func:`cubic_rate` is CUBIC's curve and :func:`recovery_bound_s` the stated
+bound on the way back from the floor to a store's rate once failures stop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["Grant", "PaceModel", "PaceRuleBroken", "cubic_rate", "recovery_bound_s"]
+
+# Rounding slack for sums of floats (seconds).
+EPS = 1e-9
+
+
+class PaceRuleBroken(AssertionError):
+    """A pace rule did not hold; the message starts with the rule's name."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """HEADs the pace let start at ``start``, granted at ``at`` under ``rate`` (None: unpaced)."""
+
+    ident: int
+    at: float
+    start: float
+    heads: int
+    rate: float | None
+
+
+@dataclass
+class PaceModel:
+    """What a pace did, and the rules it must keep (each step checked as it is recorded).
+
+    Args:
+        floor: the lowest paced rate (HEAD/s).
+        burst_s: seconds of the rate that may go out at once.
+        max_hold_s: the longest ``Retry-After`` honoured.
+    """
+
+    floor: float
+    burst_s: float
+    max_hold_s: float
+    run: list[Grant] = field(default_factory=list)  # paced grants since the last cut
+    hold_until: float = -math.inf
+    grants: int = 0
+    refusals: int = 0
+
+    def granted(self, grant: Grant) -> None:
+        """The pace let ``grant.heads`` HEADs start at ``grant.start``.
+
+        Raises:
+            PaceRuleBroken: ``HoldHonoured`` or ``RateBound``.
+        """
+        self.grants += 1
+        if grant.start < self.hold_until - EPS:
+            raise PaceRuleBroken(f"HoldHonoured: a grant starts at {grant.start} inside a hold until {self.hold_until}")
+        if grant.start < grant.at - EPS:
+            raise PaceRuleBroken(f"RateBound: a grant starts at {grant.start}, before it was asked for at {grant.at}")
+        if grant.rate is None:
+            self.run.clear()
+            return
+        self.run.append(grant)
+        later = grant
+        owed = 0.0
+        for earlier in reversed(self.run[:-1]):
+            owed += earlier.heads / earlier.rate if earlier.rate else 0.0
+            if later.start - earlier.start < owed - self.burst_s - EPS:
+                raise PaceRuleBroken(
+                    f"RateBound: the grant at {later.start} follows the one at {earlier.start} by "
+                    f"{later.start - earlier.start:.6f} s, but the grants between owe {owed:.6f} s "
+                    f"(burst {self.burst_s} s)"
+                )
+
+    def released(self, ident: int) -> None:
+        """A grant was given back unused: the run of grants is cut there."""
+        if any(g.ident == ident for g in self.run):
+            self.run.clear()
+
+    def refused(self, now: float, not_after: float, earliest: float | None) -> None:
+        """The pace refused a reservation due by ``not_after``; ``earliest``: its start had there been no deadline.
+
+        Raises:
+            PaceRuleBroken: ``NoEarlyShed``.
+        """
+        self.refusals += 1
+        if earliest is not None and earliest <= not_after:  # exact: the pace compares the same two floats
+            raise PaceRuleBroken(
+                f"NoEarlyShed: refused at {now} although it could start at {earliest}, by its deadline {not_after}"
+            )
+
+    def told_to_wait(self, now: float, retry_after_s: float) -> None:
+        """The store sent ``Retry-After: retry_after_s`` with a failure seen at ``now``."""
+        if retry_after_s > 0:
+            self.hold_until = max(self.hold_until, now + min(retry_after_s, self.max_hold_s))
+
+    def rate_seen(self, before: float | None, after: float | None, *, decreased: bool, undone: bool) -> None:
+        """The rate before and after one outcome (None: unpaced), and whether it counted a decrease or an undo.
+
+        Raises:
+            PaceRuleBroken: ``RateFloor``, ``DecreaseLowers`` or ``UndoRestores``.
+        """
+        if after is not None and after < self.floor - EPS:
+            raise PaceRuleBroken(f"RateFloor: the rate {after} is below the floor {self.floor}")
+        if decreased and not undone and before is not None and after is not None and after > before + 1e-6:
+            raise PaceRuleBroken(f"DecreaseLowers: a decrease took the rate from {before} to {after}")
+        if undone and after is not None and (before is None or after < before - 1e-6):
+            raise PaceRuleBroken(f"UndoRestores: undoing took the rate from {before} to {after}")
+
+
+def cubic_rate(w_max: float, since_epoch_s: float, *, c: float, beta: float) -> float:
+    """CUBIC's rate ``since_epoch_s`` after a decrease from ``w_max``: ``w_max + c * (t - K)**3``.
+
+    ``K = cbrt(w_max * (1 - beta) / c)``: the rate is ``beta * w_max`` at the
+    decrease and ``w_max`` again ``K`` seconds later.
+    """
+    k = _cbrt(w_max * (1 - beta) / c)
+    t = since_epoch_s - k
+    return w_max + c * t * t * t
+
+
+def recovery_bound_s(target: float, *, heads: int, floor: float, c: float, beta: float, window_max_s: float) -> float:
+    """The stated bound on the seconds from the floor back to ``target`` HEAD/s once every HEAD is answered.
+
+    The first query of ``heads`` HEADs at the floor takes ``heads / floor``
+    of rate; a window without failures is judged after at most
+    ``window_max_s``; from then the rate follows CUBIC from ``w_max =
+    floor / beta``, which reaches ``target`` ``K + cbrt((target - w_max) / c)``
+    after its epoch.  Two windows of slack: the epoch starts at the judgement.
+    """
+    w_max = floor / beta
+    k = _cbrt(w_max * (1 - beta) / c)
+    return heads / floor + 2 * window_max_s + k + _cbrt(max(0.0, (target - w_max) / c))
+
+
+def _cbrt(x: float) -> float:
+    return float(x ** (1 / 3))

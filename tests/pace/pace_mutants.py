@@ -1,0 +1,106 @@
+"""Named mutants of the pace's rules: each a ``PaceCore`` with one rule broken, and the property that must catch it.
+
+``MUTANTS[name] = (class, property)``; ``tests/pace/test_pace_mutants.py``
+runs each against its property and asserts it is caught.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvprobe.backends._pacing import PaceCore
+
+__all__ = ["MUTANTS"]
+
+
+class ReserveIgnoresRate(PaceCore):
+    """Every reservation starts at once (no GCRA spacing): the rate is not enforced."""
+
+    def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
+        start = super().reserve(now, heads, not_after)
+        return None if start is None else max(now, min(start, self.hold_until if self.hold_until > now else now))
+
+
+class DecreaseForgetsGrants(PaceCore):
+    """A decrease sets the bucket to now + burst even when HEADs are granted beyond it (the pace before issue 39)."""
+
+    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
+        super()._decrease(now, served, failed, achieved, current)
+        self.tat = now + self.burst_s
+
+
+class ShedsEarly(PaceCore):
+    """A reservation is refused half a second before its deadline would truly be missed."""
+
+    def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
+        return super().reserve(now, heads, not_after - 0.5)
+
+
+class IgnoresRetryAfter(PaceCore):
+    """The store's Retry-After is dropped."""
+
+    def failed(self, now: float, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
+        super().failed(now, sent_at, heads, None)
+
+
+class NoFloor(PaceCore):
+    """The rate may fall below its floor."""
+
+    def rate(self, now: float) -> float | None:
+        rate = super().rate(now)
+        return None if rate is None else rate * (0.5 if rate <= self.floor * 1.01 else 1.0)
+
+
+class DecreaseFromRegrownRate(PaceCore):
+    """A decrease steps down from the rate recomputed after its own window raised the cap (fixed in issue 39)."""
+
+    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
+        super()._decrease(now, served, failed, achieved, self.rate(now))
+
+
+class UndoLowers(PaceCore):
+    """Undoing decreases lands one step below where they started."""
+
+    def _undo(self, now: float, failed: float) -> None:
+        top = self._top
+        super()._undo(now, failed)
+        if top is not None:
+            self._set_epoch(top * self.beta * self.beta, now)
+
+
+class CappedAtTwiceMeasured(PaceCore):
+    """Regrowth capped at twice the rate measured per window even under demand (the slow way back from the floor)."""
+
+    def rate(self, now: float) -> float | None:
+        self.demand_above = False
+        return super().rate(now)
+
+
+class NoNoise(PaceCore):
+    """Every decrease that does not help is undone, but nothing is learnt: random 503s keep cutting the rate."""
+
+    def _undo(self, now: float, failed: float) -> None:
+        super()._undo(now, failed)
+        self.noise = 0.0
+
+
+class NeverUndo(PaceCore):
+    """A decrease is kept whatever the next windows show (a plain loss-based limiter)."""
+
+    def _undo(self, now: float, failed: float) -> None:
+        self._decreasing = False
+        self._doubted = False
+
+
+MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
+    "reserve-ignores-rate": (ReserveIgnoresRate, "RateBound"),
+    "decrease-forgets-grants": (DecreaseForgetsGrants, "RateBound"),
+    "sheds-early": (ShedsEarly, "NoEarlyShed"),
+    "ignores-retry-after": (IgnoresRetryAfter, "HoldHonoured"),
+    "no-floor": (NoFloor, "RateFloor"),
+    "decrease-from-regrown-rate": (DecreaseFromRegrownRate, "DecreaseLowers"),
+    "undo-lowers": (UndoLowers, "UndoRestores"),
+    "capped-at-twice-measured": (CappedAtTwiceMeasured, "RecoveryWithinBound"),
+    "no-noise": (NoNoise, "NoiseKeepsCapacity"),
+    "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
+}

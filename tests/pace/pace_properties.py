@@ -1,0 +1,64 @@
+"""The pace's named properties over whole runs on the virtual clock, for ``PaceCore`` or a mutant of it.
+
+Each ``check_*`` function takes a pace class and the run's parameters, and
+raises ``AssertionError`` starting with the property's name.  The stated
+bounds are the ones docs/pace.md prints:
+
+* ``RecoveryWithinBound``: once every HEAD is answered, a pace at its
+  floor is back at the store's rate within
+  :func:`~kvprobe.spec.pace_model.recovery_bound_s` (about 28 s for
+  2,000 HEAD/s with queries of 4 HEADs; 18 s measured).
+* ``NoiseKeepsCapacity``: against a store serving 2,000 HEAD/s that fails
+  up to 20 % of HEADs at random, a client with HEADs always waiting sends
+  at least 90 % of that rate.
+* ``FairShare``: N paces with HEADs always waiting, sharing one bucket
+  capped at ``cap`` HEAD/s, each send within ``[0.5, 2]`` times
+  ``cap / N`` over the second half of 40 s, and together within
+  ``[0.8, 1.2]`` times ``cap`` (no collapse, no overrun).
+"""
+
+from __future__ import annotations
+
+from pace_sim import CappedStore, ServedStore, saturating_clients, served_heads_per_s
+
+from kvprobe.backends._pacing import PaceCore
+from kvprobe.spec.pace_model import recovery_bound_s
+
+__all__ = ["check_fair_share", "check_noise_keeps_capacity", "check_recovery_within_bound"]
+
+
+def check_recovery_within_bound(core_class: type[PaceCore], target: float, heads: int) -> float:
+    """Seconds from the floor back to ``target`` HEAD/s with every HEAD answered 5 ms after it starts."""
+    core = core_class(0.0, start_rate=0.5)
+    bound = recovery_bound_s(
+        target, heads=heads, floor=core.floor, c=core.c, beta=core.beta, window_max_s=core.window_max_s
+    )
+    now = 0.0
+    while now <= bound:
+        rate = core.rate(now)
+        if rate is None or rate >= target:
+            return now
+        start = core.reserve(now, heads)
+        assert start is not None, "RecoveryWithinBound: a reservation without a deadline was refused"
+        core.answered(start + 0.005, start, heads)
+        now = start
+    raise AssertionError(f"RecoveryWithinBound: not back at {target} HEAD/s after {bound:.1f} s (at {rate})")
+
+
+def check_noise_keeps_capacity(core_class: type[PaceCore], loss: float, seed: int, heads: int) -> float:
+    """The share of a 2,000 HEAD/s store's rate a saturating client sends under ``loss`` random 503s."""
+    sends = saturating_clients([core_class(0.0)], ServedStore(2000.0, loss), seconds=30.0, seed=seed, heads=heads)
+    share = served_heads_per_s(sends[0], 5.0, 30.0) / 2000.0
+    assert share >= 0.9, f"NoiseKeepsCapacity: {share:.3f} of the store's rate under {loss:.0%} random 503s"
+    return share
+
+
+def check_fair_share(core_class: type[PaceCore], n: int, cap: float, seed: int) -> list[float]:
+    """Each of ``n`` paces' sends over the second half of 40 s, as a multiple of ``cap / n``."""
+    paces = [core_class(0.0) for _ in range(n)]
+    sends = saturating_clients(paces, CappedStore(cap), seconds=40.0, seed=seed, heads=1)
+    shares = [served_heads_per_s(s, 20.0, 40.0) / (cap / n) for s in sends]
+    total = sum(shares) / n
+    assert 0.8 <= total <= 1.2, f"FairShare: together {total:.2f} of the cap {cap} ({n} paces)"
+    assert all(0.5 <= s <= 2.0 for s in shares), f"FairShare: shares {[round(s, 2) for s in shares]} of cap/{n}"
+    return shares

@@ -1,0 +1,67 @@
+"""Every named mutant of the pace's rules (pace_mutants.py) is caught by the property that names it.
+
+The stateful machine's rules (RateBound, NoEarlyShed, HoldHonoured,
+RateFloor, DecreaseLowers, UndoRestores) must be *found* by Hypothesis (none
+written by hand); the whole-run properties (RecoveryWithinBound,
+NoiseKeepsCapacity) are searched the same way over their parameters.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis.stateful import run_state_machine_as_test
+from pace_machine import pace_machine
+from pace_mutants import MUTANTS
+from pace_properties import check_noise_keeps_capacity, check_recovery_within_bound
+
+from kvprobe.backends._pacing import PaceCore
+from kvprobe.testing.search import failure_messages
+
+SEARCH = settings(
+    max_examples=600,
+    stateful_step_count=30,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+WHOLE_RUNS = settings(SEARCH, max_examples=20)
+
+
+def _search(core_class: type[PaceCore], prop: str) -> None:
+    if prop == "RecoveryWithinBound":
+
+        @WHOLE_RUNS
+        @given(target=st.floats(20.0, 5500.0), heads=st.sampled_from([1, 4, 16]))
+        def recovery(target: float, heads: int) -> None:
+            check_recovery_within_bound(core_class, target, heads)
+
+        recovery()
+    elif prop == "NoiseKeepsCapacity":
+
+        @WHOLE_RUNS
+        @given(loss=st.floats(0.0, 0.20), seed=st.integers(0, 2**16), heads=st.sampled_from([1, 4]))
+        def noise(loss: float, seed: int, heads: int) -> None:
+            check_noise_keeps_capacity(core_class, loss, seed, heads)
+
+        noise()
+    else:
+        run_state_machine_as_test(pace_machine(core_class), settings=SEARCH)
+
+
+def test_every_named_mutant_is_listed() -> None:
+    assert len(MUTANTS) == 10
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_is_caught_by_its_property(name: str) -> None:
+    core_class, prop = MUTANTS[name]
+    try:
+        _search(core_class, prop)
+    except Exception as exc:  # one failure, or Hypothesis's group of several
+        messages = failure_messages(exc)
+    else:
+        raise AssertionError(f"{name}: the search found nothing")
+    assert prop in messages, messages[:600]
+    print(f"{name}: caught by {prop}")
