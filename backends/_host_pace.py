@@ -273,8 +273,11 @@ def checked_pace(state: object, now: float) -> PaceCore:
             raise ValueError(f"{name} is {state[name]!r}, not the host pace's {fresh[name]!r}")
     for name in ("paced", "_decreasing", "_doubted"):
         _kind(name, state[name], bool)
-    for name in ("_holdoff", "_holdoff_left"):
+    for name in ("_holdoff", "_holdoff_left", "_unsettled"):
         _count(name, state[name])
+    _number("noise", state["noise"])
+    if not 0.0 <= state["noise"] <= 1.0:
+        raise ValueError(f"noise is {state['noise']!r}, out of [0, 1]")
     for name, value in state["stats"].items():
         _count(f"stats.{name}", value)
     window = state["_window"]
@@ -297,7 +300,7 @@ def checked_pace(state: object, now: float) -> PaceCore:
     if state["_top"] is not None:
         rates.append(("_top", state["_top"]))
     if state["_verify"] is not None:
-        rates += [("_verify[0]", _item(state["_verify"], 0, 2)), ("_verify[1]", _item(state["_verify"], 1, 2))]
+        rates += [(f"_verify[{i}]", _item(state["_verify"], i, 3)) for i in range(3)]
     for name, value in rates:
         _number(name, value)
         if not 0.0 <= value <= _TOP_RATE:
@@ -333,7 +336,7 @@ def _time(name: str, value: object, now: float, infinite: bool) -> None:
 
 def _item(value: object, index: int, length: int) -> object:
     if not isinstance(value, (list, tuple)) or len(value) != length:
-        raise ValueError(f"{value!r} is not a pair")
+        raise ValueError(f"{value!r} is not a list of {length}")
     return value[index]
 
 

@@ -33,16 +33,14 @@ def _paced_file(path: Path, rate: float, **fields: Any) -> None:
 
 
 def _decrease(pacer: Pacer) -> None:
-    """Windows of 1,000 HEAD/s with a quarter failed: the pace decreases."""
-    for _ in range(3):
-        start = time.monotonic()
-        for i in range(40):
-            sent = start + i * 0.001
-            if i % 4 == 3:
-                pacer.failed(sent, 16)
-            else:
-                pacer.answered(sent, 16)
-        time.sleep(0.3)
+    """Single-HEAD queries sent as they are made, a quarter of the HEADs failed (no store noise is that): a decrease."""
+    for i in range(200):
+        sent = time.monotonic()
+        if i % 4 == 3:
+            pacer.failed(sent, 1)
+        else:
+            pacer.answered(sent, 1)
+        time.sleep(0.002)
 
 
 # --- write failures ---------------------------------------------------------------
@@ -147,6 +145,8 @@ BAD_FIELDS = [
     ("stats-string", {"stats": {"decreases": "7", "undone": 0, "holds": 0, "refused": 0}}),
     ("w_max-inf", {"w_max": math.inf}),
     ("measured-negative", {"measured": -5.0}),
+    ("noise-above-one", {"noise": 5.0}),
+    ("verify-short", {"_verify": [1.0, 0.5]}),
     ("paced-int", {"paced": 1}),
     ("beta-other", {"beta": 1.5}),
     ("floor-other", {"floor": 1e-300}),

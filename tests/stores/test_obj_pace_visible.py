@@ -18,15 +18,21 @@ from kvprobe.backends._host_pace import HostPacer
 from kvprobe.backends._pacing import TRACE_LEN, PaceCore, Pacer
 
 
-def _overloaded_window(pacer: Pacer, *, queries: int = 40, heads: int = 16) -> None:
-    """A second's worth of queries, sent in the past, a quarter of them failed: one window judged."""
-    end = time.monotonic()
+def _overloaded_window(pacer: Pacer, *, queries: int = 200, heads: int = 1) -> None:
+    """Single-HEAD queries sent as they are made, a quarter of them failed: one window judged, one decrease.
+
+    A quarter of the HEADs failed, not of 16-HEAD queries (under 2 % of the
+    HEADs, which the pace reads as a store's noise); sent now, not in the past
+    (a quiet window is judged after a second, and sends older than the window
+    that follows are not judged again).
+    """
     for i in range(queries):
-        sent = end - 1.0 + i / queries
+        sent = time.monotonic()
         if i % 4 == 3:
             pacer.failed(sent, heads)
         else:
             pacer.answered(sent, heads)
+        time.sleep(0.002)
 
 
 def _aged_pacer() -> Pacer:
