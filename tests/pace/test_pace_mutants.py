@@ -18,6 +18,9 @@ from pace_properties import check_noise_keeps_capacity, check_recovery_within_bo
 from kvprobe.backends._pacing import PaceCore
 from kvprobe.testing.search import failure_messages
 
+# A campaign (about 3 minutes of Hypothesis searches): make test-long runs it.
+pytestmark = pytest.mark.long
+
 SEARCH = settings(
     max_examples=600,
     stateful_step_count=30,
