@@ -283,6 +283,7 @@ def test_liveness_on_two_keys_and_two_requests_holds() -> None:
         "liveness2",
     ],
 )
+@pytest.mark.timeout(2400)  # liveness2: about 10 minutes of one TLC worker alone, more beside other stages
 def test_the_wider_configs_hold(config: str, capsys: pytest.CaptureFixture[str]) -> None:
     # Every config runs in some CI stage: these two in the long tests.
     assert main(["--quiet", "--workers", "1", "--config", config]) == EXIT_OK
