@@ -73,8 +73,9 @@ bench: dev
 
 # The compiled core (mypyc over the same typed source): test-compiled
 # installs it as a wheel into the venv (a snapshot of the .py and the .so
-# built from it, so no edit can make it stale), runs the suite as `make test`
-# does, and puts the editable pure-Python install back, whatever the tests said.
+# built from it, so no edit can make it stale), runs the scheduler-facing
+# tests below against it, and puts the editable pure-Python install back,
+# whatever the tests said.
 compiled: dev
 	KVPROBE_COMPILE=1 $(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
 	$(BIN)/python -c "from kvprobe.build_info import build_info as b; i = b(); assert i.kind == 'compiled' and not i.stale, i; print(i.describe())"

@@ -8,9 +8,9 @@ An editable install (``pip install -e .``) is always pure Python, and made
 of links: a compiled module built into the checkout would shadow the ``.py``
 beside it, so an edit would silently not be what runs.  setuptools' default
 editable install finds a package-dir mapping like ours through an import
-hook that mypy and pyright cannot follow; its ``strict`` mode instead lays a
-tree of links under ``build/`` and puts that tree on ``sys.path``, which
-every tool resolves.  A module added or removed needs the install again
+hook that mypy cannot follow; its ``strict`` mode instead lays a tree of
+links under ``build/`` and puts that tree on ``sys.path``, which mypy
+resolves (tests/packaging/test_install_modes.py).  A module added or removed needs the install again
 (``make`` does it when a package folder changes).  Every other hook is
 setuptools' own.
 """
