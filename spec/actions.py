@@ -21,6 +21,10 @@ The actions fall into three kinds, by who performs them and what they move:
   (:data:`WORKER_EVENTS`);
 * ``Terminated`` is the intended final stutter after ``Shutdown``; nothing
   records it.
+
+One recorded event is no action: :data:`CALL_RETURNED`, a backend call that
+returned, logged apart from the group's answer so that trace validation
+sees a worker that holds an answer it has.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from kvprobe.spec.lifecycle import Event
 
 __all__ = [
     "ACTIONS",
+    "CALL_RETURNED",
     "CORE_EVENTS",
+    "RECORDED_EVENTS",
     "REVIVE",
     "SCHEDULER_ACTIONS",
     "TERMINATED",
@@ -68,6 +74,15 @@ WORKER_EVENTS: tuple[str, ...] = (*WORKER_ACTIONS, REVIVE)
 
 #: Every action a trace event may name.
 TRACE_EVENTS: tuple[str, ...] = (*CORE_EVENTS, *WORKER_EVENTS)
+
+#: A worker's record that is no model action: a group's backend call
+#: returned.  The model's worker publishes a call's answer in the step the
+#: call returns (CompleteGroup, FailGroup, LateAnswer), so tla/Trace.tla
+#: requires the group's publication as the worker's next event.
+CALL_RETURNED = "CallReturned"
+
+#: Every name a recorded event may carry: the actions, and CALL_RETURNED.
+RECORDED_EVENTS: tuple[str, ...] = (*TRACE_EVENTS, CALL_RETURNED)
 
 #: The final stutter after Shutdown: a step of Next that nothing records.
 TERMINATED = "Terminated"

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from kvprobe.spec import model
-from kvprobe.spec.actions import WORKER_EVENTS
+from kvprobe.spec.actions import CALL_RETURNED, WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event
 from kvprobe.spec.model import Group, ModelError, State
 from kvprobe.spec.model_cache import recall
@@ -117,7 +117,7 @@ class TraceChecker:
 
     def step(self, event: Mapping[str, object]) -> None:
         action = event.get("action")
-        if action in WORKER_EVENTS:
+        if action in WORKER_EVENTS or action == CALL_RETURNED:
             # The worker's own events are checked by TLC (tla/Trace.tla); this
             # replay infers the worker's steps from the outcomes drained.
             return

@@ -398,6 +398,10 @@ class ThreadedWorker:
                         call.group, None, FailureKind.RAISED, "caller thread ended: " + describe_exception(exc)
                     )
                 with self._lock:
+                    if self._trace is not None and not self._stopping and not call.lost:
+                        # Logged before the stuck count drops: the model's
+                        # worker state at the return is the one before it.
+                        self._trace.call_returned(outcome, **self._trace_state())
                     call.outcome = outcome
                     if call.timed_out:
                         self._stuck -= 1

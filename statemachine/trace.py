@@ -28,6 +28,9 @@ worker action:
 ``Die``            (none); logged by the manager when it notices a worker that
                    died without publishing a death marker
 ``Revive``         (none): a dead worker was started again
+``CallReturned``   ``group``, ``verdicts``, ``failure``: a group's backend call
+                   returned (ThreadedWorker; no model action: the worker's
+                   next event must publish that answer)
 =================  ===========================================================
 
 ``lookup_chain`` emits one ``Lookup`` event per key it looked up (a chain is
@@ -74,7 +77,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
-from kvprobe.spec.actions import WORKER_EVENTS
+from kvprobe.spec.actions import CALL_RETURNED, WORKER_EVENTS
 from kvprobe.spec.lifecycle import Event
 from kvprobe.statemachine.core import LookupCore, as_applied
 from kvprobe.statemachine.inferred import searches
@@ -161,6 +164,15 @@ class WorkerTracer:
             if not on_worker_thread:
                 raise
             self.recorder.worker_error = self.recorder.worker_error or exc
+
+    def call_returned(self, outcome: GroupOutcome, **fields: object) -> None:
+        """Log that the backend call of ``outcome``'s group returned ``outcome`` (on a worker thread).
+
+        Logged apart from the publication so that a worker holding an answer
+        it already has shows in the trace.  A sink error is kept for the
+        scheduler.
+        """
+        self.log(CALL_RETURNED, {**outcome_fields(outcome), **fields}, on_worker_thread=True)
 
     def publish(
         self, action: str, outcome: GroupOutcome, publish: Callable[[GroupOutcome], None], **fields: object

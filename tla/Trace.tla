@@ -22,8 +22,22 @@
 (* nothing at all (WorkerLogged is FALSE, e.g. a third-party worker): then *)
 (* any number of worker steps may happen between two events.               *)
 (*                                                                         *)
+(* A threaded worker also records each backend call's return             *)
+(* (CallReturned), apart from its publication.  KVProbe's worker publishes *)
+(* a call's answer in the step the call returns, so the return is matched  *)
+(* by no model step, and the worker's next event must publish that answer  *)
+(* (scheduler events may come between: they cannot see it yet).  A worker *)
+(* that holds an answer it has is rejected at its next event.              *)
+(*                                                                         *)
+(* An exact chain walk (lookup_chain) records its Lookups consecutively,  *)
+(* with the key's 0-based index in the chain and the window schedule; each *)
+(* must be the walk's next key, allowed by the window rule of KVProbe's    *)
+(* ChainStep (ChainNoMissBefore, ChainWindowOpen) read over the keys the   *)
+(* walk looked up before it.  A walk past its window is rejected there.    *)
+(*                                                                         *)
 (* TraceUnfinished is violated exactly when some behaviour consumes the    *)
-(* whole log: a violation means the trace is ACCEPTED.                     *)
+(* whole log with no returned answer left unpublished: a violation means   *)
+(* the trace is ACCEPTED.                                                  *)
 (***************************************************************************)
 EXTENDS KVProbe, TLC
 
@@ -31,9 +45,15 @@ CONSTANTS
     Log,          \* the recorded events, as records
     WorkerLogged  \* whether the worker's actions are in Log
 
-VARIABLE i   \* the next event of Log to match
+VARIABLES
+    i,         \* the next event of Log to match
+    returned,  \* the call returned and not yet published: {} or one [grp, ans, answered]
+    walk,      \* the keys the current chain walk looked up, in order
+    walkReq    \* the request walking
 
-TraceInit == Init /\ i = 1
+traceVars == <<i, returned, walk, walkReq>>
+
+TraceInit == Init /\ i = 1 /\ returned = {} /\ walk = <<>> /\ walkReq = "none"
 
 Size(p) == Cardinality({k \in Keys : p[k] # ABSENT})
 
@@ -86,6 +106,36 @@ Matches(e) ==
             IN IF marked = {} THEN Same ELSE MarkMiss(marked)
       [] e.action = "Shutdown" -> Shutdown
 
+\* Where the window holding 1-based position p starts, for a first window of
+\* F keys and growth 2: KVProbe's WindowStart, with F a parameter (its
+\* FirstWindow and Chain are a config's), by recursion (2^e overflows TLC's
+\* integers on a long chain).  The window starting at s ends at 2s - 2 + F.
+RECURSIVE WindowStartFrom(_, _, _)
+WindowStartFrom(F, s, p) == IF p <= 2 * s - 2 + F THEN s ELSE WindowStartFrom(F, 2 * s - 1 + F, p)
+
+\* The window start of walk event e's key (1 for one window, "all"; the
+\* recorded start for a growth other than 2).
+EventWindowStart(e) ==
+    IF e.first = 0 THEN 1
+    ELSE IF e.start > 0 THEN e.start
+    ELSE WindowStartFrom(e.first, 1, e.index + 1)
+
+\* Walk event e looks up the walk's next key, as the window rule allows:
+\* the keys before it are the ones the walk looked up (in order, none
+\* skipped), none is known NOT stored, and each before e's window is known
+\* stored (ChainNoMissBefore and ChainWindowOpen over the walk's keys).
+\* Any other event ends the walk (its events are consecutive).
+WalkMatches(e) ==
+    IF e.action = "Lookup" /\ e.walked
+    THEN LET before == IF e.index = 0 THEN <<>> ELSE walk
+         IN /\ e.index = 0 \/ walkReq = e.req
+            /\ Len(before) = e.index
+            /\ \A j \in 1..Len(before) : verdict[before[j]] # "miss"
+            /\ \A j \in 1..(EventWindowStart(e) - 1) : verdict[before[j]] = "hit"
+            /\ walk' = Append(before, e.key)
+            /\ walkReq' = e.req
+    ELSE walk' = <<>> /\ walkReq' = "none"
+
 \* The verdict cache's entry of key k recorded after an event (CacheOn: the
 \* recording has one per touched key, mem "none" for no entry).  KVProbe has
 \* no clock: it drops an entry only at MarkMiss, Shutdown and a Lookup that
@@ -122,6 +172,23 @@ WorkerMatches(e) ==
       [] e.action = "Die" -> Die
       [] e.action = "Revive" -> Revive
 
+\* A call's return: the group's call was running (taken, or stuck for a late
+\* answer) and no other returned answer waits; the model does not move.
+ReturnMatches(e) ==
+    /\ returned = {}
+    /\ e.grp \in taken \cup stuck
+    /\ UNCHANGED vars
+    /\ returned' = {[grp |-> e.grp, ans |-> e.ans, answered |-> e.answered]}
+
+\* Worker event e publishes the returned answer r: the same group, and the
+\* answer the call gave (a call that failed is published as FailGroup, or as
+\* a late answer of MISS for every key).
+Publishes(e, r) ==
+    /\ e.grp = r.grp
+    /\ \/ e.action = "CompleteGroup" /\ r.answered /\ e.ans = r.ans
+       \/ e.action = "FailGroup" /\ ~r.answered
+       \/ e.action = "LateAnswer" /\ e.ans = r.ans
+
 \* The worker's own state after the event, where it recorded it.
 WorkerStateMatches(e) ==
     /\ e.heldKnown => taken' = e.held
@@ -132,14 +199,25 @@ TraceNext ==
        /\ Log[i].action \in CoreEvents
        /\ Matches(Log[i])
        /\ StateMatches(Log[i])
+       /\ WalkMatches(Log[i])
+       /\ i' = i + 1
+       /\ UNCHANGED returned
+    \/ /\ i <= Len(Log)
+       /\ Log[i].action = "CallReturned"
+       /\ ReturnMatches(Log[i])
+       /\ WorkerStateMatches(Log[i])
+       /\ WalkMatches(Log[i])
        /\ i' = i + 1
     \/ /\ i <= Len(Log)
-       /\ Log[i].action \notin CoreEvents
+       /\ Log[i].action \notin CoreEvents \cup {"CallReturned"}
+       /\ \A r \in returned : Publishes(Log[i], r)
+       /\ returned' = {}
        /\ WorkerMatches(Log[i])
        /\ WorkerStateMatches(Log[i])
+       /\ WalkMatches(Log[i])
        /\ i' = i + 1
-    \/ ~WorkerLogged /\ WorkerSteps /\ UNCHANGED i
+    \/ ~WorkerLogged /\ WorkerSteps /\ UNCHANGED traceVars
 
-TraceUnfinished == i <= Len(Log)
+TraceUnfinished == i <= Len(Log) \/ returned # {}
 
 =============================================================================

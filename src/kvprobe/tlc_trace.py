@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvprobe.spec.actions import TRACE_EVENTS, WORKER_EVENTS
+from kvprobe.spec.actions import CALL_RETURNED, RECORDED_EVENTS, TRACE_EVENTS, WORKER_EVENTS
+from kvprobe.statemachine.windows import window_end
 from kvprobe.tlc_output import TlcResult, coverage_line
 
 __all__ = ["read_trace", "trace_coverage", "trace_coverage_line", "trace_to_tla"]
@@ -71,10 +72,10 @@ def _tla_event(event: Mapping[str, object], groups: Mapping[int, Mapping[str, ob
             raise ValueError(f"event {seq}: group {gid!r} was not submitted by an earlier Flush")
         return groups[gid]
 
-    if action not in TRACE_EVENTS:
+    if action not in RECORDED_EVENTS:
         raise ValueError(f"event {seq}: unknown action {action!r}")
     fields = {"action": _tla_string(str(action))}
-    if action in WORKER_EVENTS:
+    if action in WORKER_EVENTS or action == CALL_RETURNED:
         fields.update(_worker_fields(event, group_of))
     else:
         fields.update(_scheduler_fields(event))
@@ -93,13 +94,15 @@ def _worker_fields(event: Mapping[str, object], group_of: GroupOf) -> dict[str, 
     elif action not in ("Die", "Revive"):
         found = group_of(event.get("group"))
         fields["grp"] = _tla_group(found)
-        if action in ("CompleteGroup", "LateAnswer"):
+        if action in ("CompleteGroup", "LateAnswer", CALL_RETURNED):
             keys = [_tla_string(str(k)) for k in found["keys"]]  # type: ignore[attr-defined]
             gens = [str(int(g)) for g in found["gens"]]  # type: ignore[attr-defined]
             if action == "CompleteGroup" and event.get("verdicts") is None:
                 raise ValueError(f"event {seq}: CompleteGroup without verdicts")
             # A late call that failed answers nothing: MISS for each key (it is dropped anyway).
             fields["ans"] = _answers(keys, gens, event.get("verdicts"), seq)
+        if action == CALL_RETURNED:
+            fields["answered"] = "FALSE" if event.get("verdicts") is None else "TRUE"
     held = event.get("held")
     fields["heldKnown"] = "FALSE" if held is None else "TRUE"
     if held is not None and not isinstance(held, list):
@@ -121,6 +124,7 @@ def _scheduler_fields(event: Mapping[str, object]) -> dict[str, str]:
         fields["verdict"] = _tla_verdict(event.get("verdict"))
         phase = event.get("phase")
         fields["phase"] = _tla_string("ABSENT" if phase is None else str(phase))
+        fields.update(_walk_fields(event))
     elif action == "Flush":
         fields["groups"] = _tla_groups(event.get("groups") or [], seq)
     elif action == "Drain":
@@ -132,6 +136,35 @@ def _scheduler_fields(event: Mapping[str, object]) -> dict[str, str]:
     fields["after"] = _tla_after(event)
     fields["open"] = _tla_groups(event.get("open"), seq)
     return fields
+
+
+def _walk_fields(event: Mapping[str, object]) -> dict[str, str]:
+    """A Lookup's place in an exact chain walk: ``walked``, its 0-based ``index`` and the window schedule.
+
+    ``first`` is the first window's size (0: one window, ``"all"``).  The
+    start of the window holding the key is computed by Trace.tla for the
+    default growth 2; for another growth (a float, and TLC's integers are
+    32 bits) it is computed here from the library's schedule and written as
+    ``start`` (1-based; 0 when Trace.tla computes it).
+    """
+    seq, index = event.get("seq"), event.get("index")
+    if index is None:
+        return {"walked": "FALSE", "index": "0", "first": "0", "start": "0"}
+    window, growth = event.get("window"), event.get("growth", 2.0)
+    if type(index) is not int or index < 0:
+        raise ValueError(f"event {seq}: a chain index must be an int of at least 0, got {index!r}")
+    if window != "all" and (type(window) is not int or window < 1):
+        raise ValueError(f"event {seq}: a chain window must be 'all' or a positive int, got {window!r}")
+    if isinstance(growth, bool) or not isinstance(growth, (int, float)) or not growth > 1.0:
+        raise ValueError(f"event {seq}: a chain window growth must be a number above 1, got {growth!r}")
+    first = 0 if window == "all" else int(window)
+    start = 0
+    if first and growth != 2.0:
+        begin = 0  # the 0-based start of the window holding the key
+        while (end := window_end(first, begin, float(growth))) <= index:
+            begin = end
+        start = begin + 1
+    return {"walked": "TRUE", "index": str(index), "first": str(first), "start": str(start)}
 
 
 def _drain_fields(event: Mapping[str, object]) -> dict[str, str]:
@@ -252,7 +285,7 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
             max_stuck = int(str(event["max_stuck"]))
         deaths += event.get("action") == "Die"
         rendered.append(_tla_event(event, groups))
-    worker_logged = any(event.get("action") in WORKER_EVENTS for event in events)
+    worker_logged = any(event.get("action") in (*WORKER_EVENTS, CALL_RETURNED) for event in events)
     body = ",\n    ".join(rendered)
     # KVProbe's CacheOn is a definition (FALSE); the config overrides it for a cached core's trace.
     cache_line = "    CacheOn = TRUE\n" if cache_on else ""

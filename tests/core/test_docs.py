@@ -101,4 +101,6 @@ def test_the_trace_recipe_records_a_trace_the_model_replays(tmp_path: Path, monk
     report = replay(events)
     # How often the loop asks again depends on the worker's timing; every event must replay.
     assert report.events == len(events) >= 9
-    assert set(report.by_action) == {"Lookup", "Flush", "TakeBatch", "CompleteGroup", "Drain", "Cleanup", "Shutdown"}
+    assert set(report.by_action) == {
+        *("Lookup", "Flush", "TakeBatch", "CallReturned", "CompleteGroup", "Drain", "Cleanup", "Shutdown")
+    }

@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from kvprobe.spec import model
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.spec.model_state import CacheSpec, Remembered
+from kvprobe.spec.model_walk_checks import WalkFacts
 from kvprobe.tlc import FrozenDict, ModelValue, parse_value
 
 TlaState = Mapping[str, object]
@@ -562,3 +563,22 @@ def symmetry_group(state: TlaState) -> list[Permutation]:
         for ks in itertools.permutations(keys)
         for rs in itertools.permutations(reqs)
     ]
+
+
+def walk_facts(state: TlaState, chain: Iterable[str], *, inferred: bool) -> WalkFacts:
+    """What the inferred walk's mirrors (:mod:`kvprobe.spec.model_walk_checks`) read of a TLA+ state.
+
+    ``chain`` is the config's ``Chain`` (model values, in order): TLC does not
+    dump constants.
+    """
+    waiters: Any = state["waiters"]
+    verdicts: Any = state["verdict"]
+    return WalkFacts(
+        chain=tuple(_key(k) for k in chain),
+        requests=frozenset(str(r) for ws in waiters.values() for r in ws) | frozenset(str(r) for r in state["asked"]),  # type: ignore[attr-defined]
+        inferred=inferred,
+        waiters={_key(k): frozenset(str(r) for r in ws) for k, ws in waiters.items()},
+        verdicts={_key(k): _verdict(v) for k, v in verdicts.items()},
+        refuted=frozenset(_key(k) for k in state["refuted"]),  # type: ignore[attr-defined]
+        failed_loads=frozenset(_key(k) for k in state["failedLoads"]),  # type: ignore[attr-defined]
+    )

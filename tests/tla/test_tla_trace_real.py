@@ -46,6 +46,7 @@ from kvprobe.backends import FsBackend
 from kvprobe.backends._nixl_import import nixl_unavailable
 from kvprobe.backends.memory import InMemoryBackend
 from kvprobe.check import EXIT_OK, EXIT_TRACE_REJECTED
+from kvprobe.spec.actions import CALL_RETURNED
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.statemachine import AsyncLookupManager, ManualWorker, ReqContext, VerdictCache
 from kvprobe.testing.search import check_trace
@@ -417,4 +418,5 @@ def test_validated_traces_cover_every_action(validated: dict[str, tuple[int, str
         for action, count in coverage(output).items():
             covered[action] = covered.get(action, 0) + count
     print("actions covered by the validated traces:", dict(sorted(covered.items())))
-    assert set(covered) == set(CORE_EVENTS) | set(WORKER_EVENTS), set(CORE_EVENTS) | set(WORKER_EVENTS) - set(covered)
+    recorded = {*CORE_EVENTS, *WORKER_EVENTS, CALL_RETURNED}
+    assert set(covered) == recorded, recorded - set(covered)
