@@ -78,21 +78,21 @@ def main(argv: list[str]) -> int:
     """
     if "--" in argv:
         cut = argv.index("--")
-        markers, extra = argv[:cut], argv[cut + 1 :]
+        stages, extra = argv[:cut], argv[cut + 1 :]
     else:
-        markers, extra = argv, []
-    if not markers:
+        stages, extra = argv, []
+    if not stages:
         print("usage: python -m buildtools.stages MARKEXPR[@PATHS] ... -- [pytest args]", file=sys.stderr)
         return 2
     try:
-        selections = [stage_arguments(stage) for stage in markers]
+        selections = [stage_arguments(stage) for stage in stages]
     except ValueError as exc:
         print(f"buildtools.stages: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvprobe-stages-") as tmp:
         runs = []
-        for index, (marker, selection) in enumerate(zip(markers, selections, strict=True)):
+        for index, (stage, selection) in enumerate(zip(stages, selections, strict=True)):
             log = Path(tmp) / f"stage-{index}.log"
             # The extra arguments first: a stage's paths must not read as an option's value.
             command = [sys.executable, "-m", "pytest", *extra, *selection]
@@ -100,16 +100,16 @@ def main(argv: list[str]) -> int:
             # Each stage its own pytest base temp: two runs must not clean each other's.
             env = {**os.environ, "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} --basetemp={tmp}/t{index}"}
             runs.append(
-                (marker, log, handle, subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env))
+                (stage, log, handle, subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env))
             )
-            print(f"stage {index}: pytest -m {marker!r} (log {log})", flush=True)
+            print(f"stage {index}: {stage!r} (log {log})", flush=True)
         status = 0
         total: Counter[str] = Counter()
-        for index, (marker, log, handle, process) in enumerate(runs):
+        for index, (stage, log, handle, process) in enumerate(runs):
             code = process.wait()
             handle.close()
             text = log.read_text(errors="replace")
-            print(f"\n===== stage {index}: pytest -m {marker!r}: exit {code} =====", flush=True)
+            print(f"\n===== stage {index}: {stage!r}: exit {code} =====", flush=True)
             sys.stdout.write(text)
             counts = summary_counts(text)
             total += counts
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
                 status = code
     order = ["failed", "passed", "skipped", "deselected", "error", "xfailed", "xpassed"]
     words = [f"{total[w]} {w}" for w in order if total[w] or w in ("failed", "passed")]
-    print(f"\nall {len(markers)} stages: {', '.join(words)} in {time.monotonic() - started:.0f}s (exit {status})")
+    print(f"\nall {len(stages)} stages: {', '.join(words)} in {time.monotonic() - started:.0f}s (exit {status})")
     # The plain closing line a CI reads: "N passed, N failed".
     print(f"{total['passed']} passed, {total['failed'] + total['error']} failed, {total['skipped']} skipped")
     return status
