@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -105,3 +106,13 @@ def test_summary_counts_reads_pytests_closing_line() -> None:
     log = "x\n=== 3 failed, 1379 passed, 14 skipped, 21 deselected, 2 errors in 1874.29s (0:31:14) ===\n"
     assert summary_counts(log) == {"failed": 3, "passed": 1379, "skipped": 14, "deselected": 21, "error": 2}
     assert summary_counts("no summary here\n") == {}
+
+
+def test_make_test_and_test_long_select_each_test_exactly_once() -> None:
+    # Over every combination of the two markers the stages select by, one
+    # expression of the two targets is true: no test is left out of CI's
+    # suite and none runs twice (deep_replay has its own CI command).
+    expressions = {stage.partition("@")[0].strip() for t in ("test", "test-long") for stage in make_test_stages(t)}
+    for long, tlc in itertools.product((False, True), repeat=2):
+        chosen = [e for e in expressions if eval(e, {"__builtins__": {}}, {"long": long, "tlc": tlc})]
+        assert len(chosen) == 1, (long, tlc, chosen)
