@@ -110,7 +110,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kvprobe.backends._timeouts import as_float
+from kvprobe.spec.option_values import as_float
 
 __all__ = ["TRACE_LEN", "PaceCore", "PaceStats", "Pacer", "get_or_create", "parse_retry_after", "shared_pacer"]
 

@@ -51,9 +51,9 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kvprobe.backends._cpu_clock import process_threads_busy_seconds
-from kvprobe.backends._timeouts import PIPE_POLL_MAX_S, check_seconds
 from kvprobe.backends.base import Backend, Key
+from kvprobe.backends.cpu_clock import process_threads_busy_seconds
+from kvprobe.backends.timeouts import PIPE_POLL_MAX_S, check_seconds
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_HELPER_NICE", "HelperProcessError", "ProcessBackend"]
 
@@ -240,7 +240,7 @@ class ProcessBackend:
             builds has no callable ``batch_lookup``.
         ValueError: ``max_procs`` is not a positive int, a timeout is not
             a positive number of seconds a pipe can wait for (at most
-            :data:`~kvprobe.backends._timeouts.PIPE_POLL_MAX_S`, about 24.8
+            :data:`~kvprobe.backends.timeouts.PIPE_POLL_MAX_S`, about 24.8
             days; the message names the argument and the limit), or
             ``helper_nice`` is not an int from 0 to 19.
         HelperProcessError: the helper did not start in time, or exited.

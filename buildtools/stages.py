@@ -6,13 +6,20 @@ sockets and local servers.  Run one after the other they leave a core idle
 most of the time; run side by side (two processes, no shared state but the
 temporary directory) they take little more than the longer of the two.
 
+A stage is a marker expression, optionally followed by ``@`` and a comma
+list of test paths it runs (``tests/core,tests/cli``) or, prefixed with
+``!``, leaves out (``!tests/core,!tests/cli``): one expression cut in two
+by folder, the second half the complement of the first, so that no test
+falls between the stages.
+
 Each stage's output goes to its own log, printed whole when the stage ends
 (so two runs never interleave line by line), and the last line sums the
 stages' counts in pytest's words.  The exit status is the first non-zero
 stage status (pytest's 5, "no tests collected", counts as a failure: a
 stage that selects nothing is a broken selection, not a pass).
 
-    python -m buildtools.stages "not long and tlc" "not long and not tlc" -- [pytest args]
+    python -m buildtools.stages "not long and tlc" "not long and not tlc@tests/core" \\
+        "not long and not tlc@!tests/core" -- [pytest args]
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["main", "summary_counts"]
+__all__ = ["main", "stage_arguments", "summary_counts"]
 
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)")
 
@@ -40,36 +47,69 @@ def summary_counts(log: str) -> Counter[str]:
     return Counter()
 
 
+def stage_arguments(stage: str) -> list[str]:
+    """The pytest arguments that select one stage: ``-m EXPR``, then its paths or ``--ignore``s.
+
+    Raises:
+        ValueError: the stage mixes paths it runs and paths it leaves out
+            (pytest would run everything but the left-out ones), or names an
+            empty path.
+    """
+    marker, _, where = stage.partition("@")
+    arguments = ["-m", marker.strip()]
+    if not where:
+        return arguments
+    paths = [path.strip() for path in where.split(",")]
+    if any(not path.lstrip("!") for path in paths):
+        raise ValueError(f"stage {stage!r} names an empty path")
+    left_out = [path.startswith("!") for path in paths]
+    if any(left_out) and not all(left_out):
+        raise ValueError(f"stage {stage!r} mixes paths to run with paths to leave out ('!')")
+    if all(left_out):
+        return arguments + [f"--ignore={path[1:]}" for path in paths]
+    return arguments + paths
+
+
 def main(argv: list[str]) -> int:
-    """Run one pytest per marker expression before ``--``, side by side; arguments after it go to each."""
+    """Run one pytest per stage before ``--``, side by side; arguments after it go to each.
+
+    Returns 2 (usage) when no stage is given or a stage is malformed (see
+    :func:`stage_arguments`), otherwise the first non-zero stage status.
+    """
     if "--" in argv:
         cut = argv.index("--")
-        markers, extra = argv[:cut], argv[cut + 1 :]
+        stages, extra = argv[:cut], argv[cut + 1 :]
     else:
-        markers, extra = argv, []
-    if not markers:
-        print("usage: python -m buildtools.stages MARKEXPR [MARKEXPR ...] -- [pytest args]", file=sys.stderr)
+        stages, extra = argv, []
+    if not stages:
+        print("usage: python -m buildtools.stages MARKEXPR[@PATHS] ... -- [pytest args]", file=sys.stderr)
+        return 2
+    try:
+        selections = [stage_arguments(stage) for stage in stages]
+    except ValueError as exc:
+        print(f"buildtools.stages: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvprobe-stages-") as tmp:
         runs = []
-        for index, marker in enumerate(markers):
+        for index, (stage, selection) in enumerate(zip(stages, selections, strict=True)):
             log = Path(tmp) / f"stage-{index}.log"
-            command = [sys.executable, "-m", "pytest", "-m", marker, *extra]
+            # The extra arguments first: a stage's paths must not read as an option's value.
+            command = [sys.executable, "-m", "pytest", *extra, *selection]
             handle = log.open("w")
             # Each stage its own pytest base temp: two runs must not clean each other's.
             env = {**os.environ, "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} --basetemp={tmp}/t{index}"}
             runs.append(
-                (marker, log, handle, subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env))
+                (stage, log, handle, subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env))
             )
-            print(f"stage {index}: pytest -m {marker!r} (log {log})", flush=True)
+            print(f"stage {index}: {stage!r} (log {log})", flush=True)
         status = 0
         total: Counter[str] = Counter()
-        for index, (marker, log, handle, process) in enumerate(runs):
+        for index, (stage, log, handle, process) in enumerate(runs):
             code = process.wait()
             handle.close()
             text = log.read_text(errors="replace")
-            print(f"\n===== stage {index}: pytest -m {marker!r}: exit {code} =====", flush=True)
+            print(f"\n===== stage {index}: {stage!r}: exit {code} =====", flush=True)
             sys.stdout.write(text)
             counts = summary_counts(text)
             total += counts
@@ -77,7 +117,7 @@ def main(argv: list[str]) -> int:
                 status = code
     order = ["failed", "passed", "skipped", "deselected", "error", "xfailed", "xpassed"]
     words = [f"{total[w]} {w}" for w in order if total[w] or w in ("failed", "passed")]
-    print(f"\nall {len(markers)} stages: {', '.join(words)} in {time.monotonic() - started:.0f}s (exit {status})")
+    print(f"\nall {len(stages)} stages: {', '.join(words)} in {time.monotonic() - started:.0f}s (exit {status})")
     # The plain closing line a CI reads: "N passed, N failed".
     print(f"{total['passed']} passed, {total['failed'] + total['error']} failed, {total['skipped']} skipped")
     return status

@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
-from kvprobe.backends._cpu_clock import schedstat_busy_seconds
+from kvprobe.backends.cpu_clock import schedstat_busy_seconds
 
 __all__ = [
     "BUSY_SHARE",

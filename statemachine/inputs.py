@@ -10,40 +10,16 @@ change something.  The checks that run per call are written for both builds
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from kvprobe.statemachine.rules import COMPILED
 from kvprobe.statemachine.types import HasReqId, InvalidInputError
 
-__all__ = ["as_float", "bad_context", "bad_lookup", "chain_keys", "chain_req_id", "check_chain_keys"]
+__all__ = ["bad_context", "bad_lookup", "chain_keys", "chain_req_id", "check_chain_keys"]
 
 _MISSING: Final = object()
 _ONLY_BYTES: Final = {bytes}
-
-
-def as_float(value: object) -> float:
-    """``value`` (an ``int`` or a ``float``) as a float; an int too large for one is an infinity of its sign.
-
-    Every numeric option of the core goes through it before its range check:
-    ``float(10**400)`` raises ``OverflowError``, while an infinity fails the
-    check, whose error names the option.  (The backends, which the core may
-    not import, keep the same conversion in ``kvprobe.backends._timeouts``.)
-    The parameter is an ``object``: compiled, one typed ``float`` would be
-    converted at the call, raising that ``OverflowError`` before the body.
-
-    Raises:
-        TypeError: ``value`` is neither (callers check the type first).
-    """
-    if isinstance(value, int):
-        try:
-            return float(value)
-        except OverflowError:
-            return -math.inf if value < 0 else math.inf
-    if isinstance(value, float):
-        return value
-    raise TypeError(f"a number was expected, got {type(value).__name__}")
 
 
 def bad_lookup(key: object, req_context: object) -> InvalidInputError:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from kvprobe.statemachine.inputs import as_float
+from kvprobe.spec.option_values import as_float
 from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 
 try:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from kvprobe.statemachine.inputs import as_float
+from kvprobe.spec.option_values import as_float
 from kvprobe.statemachine.types import InvalidInputError, InvalidValueError
 
 __all__ = [

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from kvprobe.backends._timeouts import check_seconds
 from kvprobe.backends.base import Backend, Key, Verdicts
+from kvprobe.backends.timeouts import check_seconds
 from kvprobe.statemachine.types import (
     Batch,
     FailureKind,

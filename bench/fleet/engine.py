@@ -38,9 +38,7 @@ from bench.fleet.modes import LookupMode, Request
 from bench.fleet.params import BackendParams, WorkloadParams
 from bench.fleet.store import S3Model, key_position
 from bench.fleet.workload import Tier, Workload
-from kvprobe.backends._fair_pool import RoundRobin
-from kvprobe.backends._obj_lookup import Chunk, RetryPlan, shed_margin, usual_query_s
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends.obj_parts import Chunk, PaceCore, RetryPlan, RoundRobin, shed_margin, usual_query_s
 from kvprobe.statemachine.types import GroupOutcome, ProbeGroup, ReqContext
 
 __all__ = ["Engine", "Fleet", "SimObjBackend"]

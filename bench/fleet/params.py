@@ -13,8 +13,8 @@ import inspect
 import math
 from dataclasses import dataclass, field
 
-from kvprobe.backends._obj_lookup import RetryPolicy
 from kvprobe.backends.nixl_obj import NixlObjBackend
+from kvprobe.backends.obj_parts import RetryPolicy
 
 __all__ = [
     "HEAD_DOLLARS_PER_HOUR",

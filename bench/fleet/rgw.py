@@ -64,8 +64,8 @@ from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
 from bench.docdata import DATA_DIR, dumps, render
 from bench.fleet.rgw_engine import CHAIN, prompt_keys
 from bench.fleet.rgw_report import comparison, markdown, mode_tables, schedule_label, seed_figures
-from kvprobe.backends._host_pace import PACE_SCOPES
 from kvprobe.backends.nixl_obj import NixlObjBackend
+from kvprobe.backends.obj_parts import PACE_SCOPES
 from kvprobe.statemachine.inferred import CHAIN_MODES, EXACT
 from kvprobe.statemachine.types import KvprobeError
 from kvprobe.statemachine.windows import (
@@ -434,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--schedules {first}:{growth:g}: {exc}")
     if schedules and EXACT not in args.chain_modes:
         parser.error("--schedules compares exact walks: --chain-modes must include exact")
-    from kvprobe.backends._nixl_import import nixl_unavailable
+    from kvprobe.backends.obj_parts import nixl_unavailable
     from kvprobe.testing.rgw import rgw_missing
 
     why = rgw_missing() or nixl_unavailable()

@@ -2,8 +2,8 @@
 
 The object backend calls its pace twice per NIXL query of up to 16 HEADs
 (the reservation, then the outcome).  A process's pace
-(:class:`~kvprobe.backends._pacing.Pacer`) is a lock around a pure core; a
-host's (:class:`~kvprobe.backends._host_pace.HostPacer`, ``pace_scope="host"``)
+(:class:`~kvprobe.backends.obj_parts.Pacer`) is a lock around a pure core; a
+host's (:class:`~kvprobe.backends.obj_parts.HostPacer`, ``pace_scope="host"``)
 also opens, locks, reads and writes its file on every call.  Both run the
 same calls (a reservation and an answered query, an unpaced store), in
 rounds that alternate between them (so a drift of the machine's load falls
@@ -23,8 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import load_average, machine
-from kvprobe.backends._host_pace import HostPacer, pace_dir
-from kvprobe.backends._pacing import Pacer
+from kvprobe.backends.obj_parts import HostPacer, Pacer, pace_dir
 
 __all__ = ["main", "measure"]
 

@@ -40,7 +40,7 @@ MEAN_GAP_S = 8.0
 
 def objstore_unavailable() -> str | None:
     """Why the object-store fault cannot run here (one line), or None."""
-    from kvprobe.backends._nixl_import import nixl_unavailable
+    from kvprobe.backends.obj_parts import nixl_unavailable
     from kvprobe.testing.rgw import rgw_missing
 
     why = nixl_unavailable()

@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
-    from kvprobe.backends._nixl_import import nixl_unavailable
+    from kvprobe.backends.obj_parts import nixl_unavailable
     from kvprobe.testing.faultproxy import FaultProxy
     from kvprobe.testing.rgw import RgwServer, rgw_missing
 

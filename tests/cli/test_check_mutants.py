@@ -58,7 +58,11 @@ def test_unknown_mutant_lists_both_kinds(capsys: pytest.CaptureFixture[str]) -> 
 INVARIANT_CAUGHT = sorted(m for m in SPEC_CAUGHT_BY if find_mutant(m).config != "reach")
 
 
+# Marked tlc: in the TLC stage's process these reuse the runs of
+# tests/tla/test_tla_check.py (shared_tlc_runs caches per process), so the
+# clause check costs no TLC run of its own.
 @pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
+@pytest.mark.tlc
 @pytest.mark.usefixtures("shared_tlc_runs")
 @pytest.mark.parametrize("mutant", INVARIANT_CAUGHT)
 def test_spec_mutant_is_reported_by_its_clause(mutant: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,6 +78,7 @@ def test_spec_mutant_is_reported_by_its_clause(mutant: str, capsys: pytest.Captu
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
 @pytest.mark.usefixtures("shared_tlc_runs")
+@pytest.mark.tlc
 @pytest.mark.long
 @pytest.mark.parametrize("mutant", sorted(set(SPEC_CAUGHT_BY) - set(INVARIANT_CAUGHT)))
 def test_reach_mutant_removes_its_witness(

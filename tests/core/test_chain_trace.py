@@ -23,6 +23,9 @@ try:
 except CheckerMissing as exc:  # pragma: no cover - Java and the pinned jar are in the dev venv
     pytest.skip(f"TLC cannot run here: {exc}", allow_module_level=True)
 
+# Each test runs TLC on a recorded trace: make test's TLC stage.
+pytestmark = pytest.mark.tlc
+
 K1, K2, K3 = b"\x01" * 4, b"\x02" * 4, b"\x03" * 4
 R1, R2 = ReqContext("r1"), ReqContext("r2")
 

@@ -102,7 +102,19 @@ def violations() -> set[tuple[str, str]]:
                 continue
             if not any(imported == name or imported.startswith(name + ".") for name in allowed):
                 found.add((path.relative_to(ROOT).as_posix(), imported))
+            elif is_private_to_another_package(module, imported):
+                found.add((path.relative_to(ROOT).as_posix(), imported))
     return found
+
+
+def is_private_to_another_package(module: str, imported: str) -> bool:
+    """Whether ``imported`` is a ``_``-prefixed module of a package ``module`` is not part of."""
+    parts = imported.split(".")
+    for depth, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            owner = ".".join(parts[:depth])
+            return not module.startswith(owner + ".")
+    return False
 
 
 def test_imports_follow_the_layers() -> None:
@@ -125,6 +137,14 @@ def test_the_pure_core_reaches_no_driver_backend_or_io() -> None:
     for module in reached:
         io = {m for m in imports(module, known[module], known) if m.split(".")[0] in IO_MODULES}
         assert not io, f"{module} imports {io}"
+
+
+def test_a_private_module_is_private_to_its_own_package() -> None:
+    # A `_` module is free to change under its own package; another one importing it breaks that.
+    assert is_private_to_another_package("kvprobe.statemachine.cpu_gate", "kvprobe.backends._host_pace")
+    assert is_private_to_another_package("bench.fleet.engine", "kvprobe.backends._pacing")
+    assert not is_private_to_another_package("kvprobe.backends.process", "kvprobe.backends._pacing")
+    assert not is_private_to_another_package("kvprobe.statemachine.core", "kvprobe.backends.timeouts")
 
 
 def test_the_checker_sees_an_import_across_the_layers(tmp_path: Path) -> None:

@@ -31,9 +31,12 @@ def reliability(request: pytest.FixtureRequest) -> Iterator[Reliability]:
         _ROWS.extend(sink.rows)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def rgw() -> Iterator[Any]:
-    """A Ceph RGW cluster on loopback for one test module (stopped by its pids after it).
+    """A Ceph RGW cluster on loopback for the session's fault tests (stopped by its pids after them).
+
+    One cluster, not one per module: starting one waits about 25 s.  Each
+    test that stops, freezes or suspends it restores it before the next.
 
     Skips with one line naming the install command when Ceph is missing, or
     fails instead under ``KVPROBE_REQUIRE_RGW=1``.

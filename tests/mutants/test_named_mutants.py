@@ -41,7 +41,15 @@ def test_every_named_mutant_is_listed() -> None:
     assert len(MUTANTS) == 7
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+#: The searches that take tens of seconds: `make test-long` runs them.  Each
+#: mutant is still caught by `make test`, whose tests/tla/test_tla_trace_mutants.py
+#: has TLC reject a trace of every named mutant's core.
+CAMPAIGNS = {"double-result", "stale-result-applied"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.long) if n in CAMPAIGNS else n for n in sorted(MUTANTS)]
+)
 def test_machine_finds_mutant(name: str) -> None:
     manager_class, worker_class = MUTANTS[name]
     machine = lookup_machine(manager_class=manager_class, worker_class=worker_class)

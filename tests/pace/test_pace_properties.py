@@ -24,6 +24,9 @@ def test_noise_keeps_capacity(loss: float, seed: int, heads: int) -> None:
     check_noise_keeps_capacity(PaceCore, loss, seed, heads)
 
 
+# Long: 30+ s of whole runs for a property known not to hold yet (strict
+# xfail); `make test-long` still fails the day it starts to hold unflagged.
+@pytest.mark.long
 @pytest.mark.xfail(
     strict=True,
     reason="FairShare does not hold yet: paces sharing a capped bucket read the others' 503s as noise or as "

@@ -1,8 +1,5 @@
 """The check of a number of seconds that a thread or a pipe must wait for.
 
-Also :func:`as_float`, the conversion every numeric option goes through
-before its range is checked.
-
 One check for every timeout kvprobe takes: the manager's and its workers'
 (bounded by ``threading.TIMEOUT_MAX``) and ``ProcessBackend``'s (bounded by
 what a pipe's ``poll`` can wait).  A value above the bound is refused when
@@ -12,27 +9,15 @@ from the argument that caused it.
 
 from __future__ import annotations
 
-import math
 import numbers
 
-__all__ = ["PIPE_POLL_MAX_S", "as_float", "check_seconds"]
+from kvprobe.spec.option_values import as_float
+
+__all__ = ["PIPE_POLL_MAX_S", "check_seconds"]
 
 #: The longest a pipe's ``poll`` can wait: its timeout becomes a C ``int``
 #: of milliseconds (about 24.8 days).
 PIPE_POLL_MAX_S = (2**31 - 1) / 1000
-
-
-def as_float(value: float | numbers.Real) -> float:
-    """``value`` as a float; an int too large for one is an infinity of its sign.
-
-    Why: ``float(10**400)`` raises ``OverflowError``.  Read as an infinity,
-    such a value fails the range check of the option it was given for, whose
-    error names that option.
-    """
-    try:
-        return float(value)
-    except OverflowError:
-        return -math.inf if value < 0 else math.inf
 
 
 def check_seconds(
