@@ -434,17 +434,20 @@ PosUnknown(r, i) == {j \in 1..(i - 1) : PosKnown(r, j) = "none"}
 \* The last position of the window holding position u.
 WindowLast(u) == 2 * WindowStart(u) - 2 + FirstWindow
 
-\* The end of the window of r's first unknown key before i (i - 1: none).
+\* r's first unknown position before i (PosUnknown(r, i) not empty).
+PosFirstUnknown(r, i) == CHOOSE j \in PosUnknown(r, i) : \A l \in PosUnknown(r, i) : j <= l
+
+\* The last position before i the rule reads: the end of the window of r's
+\* first unknown key (i - 1: none, or i inside that window).
 PosReach(r, i) ==
-    IF PosUnknown(r, i) = {} THEN i - 1
-    ELSE LET u == CHOOSE j \in PosUnknown(r, i) : \A l \in PosUnknown(r, i) : j <= l
-         IN IF WindowLast(u) < i - 1 THEN WindowLast(u) ELSE i - 1
+    IF PosUnknown(r, i) = {} \/ i - 1 <= WindowLast(PosFirstUnknown(r, i)) THEN i - 1
+    ELSE WindowLast(PosFirstUnknown(r, i))
 
 \* A key the rule reads is known NOT stored: no probe, the answer is a miss.
 PosMissBefore(r, i) == \E j \in 1..PosReach(r, i) : PosKnown(r, j) = "miss"
 
 \* Past the end of the first unknown key's window: deferred.
-PosPastWindow(r, i) == PosUnknown(r, i) # {} /\ PosReach(r, i) < i - 1
+PosPastWindow(r, i) == PosUnknown(r, i) # {} /\ WindowLast(PosFirstUnknown(r, i)) < i
 
 \* The inferred rule: the search's next position is probed, a key at or
 \* before the last position known stored is inferred stored, one at or
