@@ -321,6 +321,7 @@ CONFIG_TESTS = {
     "chain-cache": ("test_tla_chain.py", "test_each_walk_with_the_cache_passes_and_serves_from_memory"),
     "inferred-cache": ("test_tla_chain.py", "test_each_walk_with_the_cache_passes_and_serves_from_memory"),
     "positions": ("test_tla_positions.py", "test_the_positions_config_passes_and_defers"),
+    "positions-inferred": ("test_tla_positions.py", "test_the_positions_config_passes_and_defers"),
 }
 
 

@@ -22,8 +22,10 @@ from kvprobe.tlc_mutants import root_module
 pytestmark = [pytest.mark.tlc, pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")]
 
 
-def test_the_positions_config_passes_and_defers() -> None:
-    text = (tla_dir() / "positions.cfg").read_text()
+@pytest.mark.parametrize("config", ["positions", "positions-inferred"])
+def test_the_positions_config_passes_and_defers(config: str) -> None:
+    # positions-inferred.cfg: the inferred mode's search decides each positioned key.
+    text = (tla_dir() / f"{config}.cfg").read_text()
     assert "Positioned = TRUE" in text and "SPECIFICATION PositionsSpec" in text
     assert "    PositionsStopAtMiss\n" in text and "    DeferredServed\n" in text
     result = _cached_run(tla_dir() / root_module(None), text, 1, ())
