@@ -422,8 +422,9 @@ def cleanup(s: State, req: str) -> State:
     """
     s = begin(s)
     keys = s.requests.get(req)
+    deferred = frozenset(d for d in s.deferred if d[0] != req)  # its positioned keys are forgotten too
     if keys is None:
-        return replace(s, counts=bump(s.counts, unknown_cleanups=1))
+        return replace(s, counts=bump(s.counts, unknown_cleanups=1), deferred=deferred)
     probes = dict(s.probes)
     counts = s.counts
     for key in keys:
@@ -441,6 +442,7 @@ def cleanup(s: State, req: str) -> State:
         probes=frozen_map(probes),
         requests=frozen_map(requests),
         counts=counts,
+        deferred=deferred,
     )
 
 
@@ -506,6 +508,7 @@ def shutdown(s: State) -> State:
         stopped_taken=frozen_map(running),
         discarded=(*s.discarded, *s.inbox),
         inbox=(),
+        deferred=frozenset(),
         closed=True,
         worker=STOPPED,
         death_unannounced=False,

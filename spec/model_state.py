@@ -259,6 +259,9 @@ class State:
     # --- the chain walk's history (kvprobe.spec.model_chain) ---
     chain_asks: tuple[ChainAsk, ...] = ()
     chain_counted: frozenset[tuple[Key, int, bool]] = frozenset()
+    # --- positioned lookups' history (kvprobe.spec.model_positions) ---
+    position_probes: tuple[ChainAsk, ...] = ()
+    deferred: frozenset[tuple[str, Key]] = frozenset()
     counts: Counts = Counts()
     submitted: Mapping[tuple[Key, int], int] = field(default_factory=frozen_map)
     submitted_not_pending: frozenset[tuple[Key, int]] = frozenset()

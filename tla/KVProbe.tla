@@ -130,11 +130,16 @@ VARIABLES
     chainAhead,     \* a walk looked a key up while a key before that key's window was not known stored
     chainUntoldHit, \* a walk found a key stored that no backend call had answered stored
     chainSkipped,   \* a walk looked a key up before its request had looked up every earlier key
-    asked           \* [Reqs -> SUBSET Keys]: the chain's keys each request looked up since it
+    asked,          \* [Reqs -> SUBSET Keys]: the chain's keys each request looked up since it
                     \* started (written by its Lookups, emptied when it finishes)
+    \* Positioned lookups (block "Positioned lookups" below):
+    posPastMiss,    \* a positioned lookup probed a key after a key its request knew NOT stored
+    deferred        \* [Reqs -> SUBSET Keys]: keys whose last positioned lookup by the request
+                    \* was deferred (emptied when it finishes)
 
 chainFlags == <<chainPastMiss, chainAhead, chainUntoldHit, chainSkipped>>
-chainHistory == <<chainFlags, asked>>
+positionsHistory == <<posPastMiss, deferred>>
+chainHistory == <<chainFlags, asked, positionsHistory>>
 
 \* The store and the inferred walk (block "The store and the inferred walk"
 \* below).  Constant unless a config models the store or the inferred mode.
@@ -375,6 +380,8 @@ Infers(r) == Searching /\ SearchDecided(r) /\ Inferred(r) # {}
 ChainInit ==
     /\ chainPastMiss = FALSE /\ chainAhead = FALSE /\ chainUntoldHit = FALSE /\ chainSkipped = FALSE
     /\ asked = [r \in Reqs |-> {}]
+    /\ posPastMiss = FALSE
+    /\ deferred = [r \in Reqs |-> {}]
 
 \* A Lookup's part in the walks (a conjunct of Lookup, after its other
 \* parts): every Lookup by r of a chain key is recorded in asked[r]; on its
@@ -396,6 +403,98 @@ ChainStep(k, r) ==
              /\ chainUntoldHit' = (chainUntoldHit \/ (ChainFindsStored(k) /\ ~AnsweredStored(k)))
              /\ chainSkipped' = (chainSkipped \/ \E j \in 1..(i - 1) : Chain[j] \notin asked[r])
        \/ SearchStep(k, r)
+
+-----------------------------------------------------------------------------
+(* Positioned lookups (the vLLM drop-in's per-key scan with key positions, *)
+(* statemachine/positions.py)                                               *)
+(*                                                                         *)
+(* vLLM's scheduler asks for a request's keys one at a time, in chain      *)
+(* order, and asks again next step while an answer is "not known yet".     *)
+(* With Positioned, every Lookup by r of a chain key not held by r is      *)
+(* positioned: from the verdicts r holds for the keys before it            *)
+(* (PosDecision) it probes (a Lookup as any other), answers NOT stored     *)
+(* without a probe (a key before it is known NOT stored), answers stored   *)
+(* without a probe (inferred mode: the search knows a later key stored),   *)
+(* or is deferred: no probe, no state, the answer is "ask again".  Only   *)
+(* the history records a lookup answered without a probe.  The rule reads *)
+(* the keys before it up to the end of the window of the first key r     *)
+(* holds no verdict for; a key past that end is deferred.                  *)
+
+\* Lookups of chain keys are positioned (a config turns it on).
+Positioned == FALSE
+
+PositionedKey(k) == Positioned /\ k \in ChainKeys
+
+\* The verdict r holds for position j ("none": not held, or not resolved).
+PosKnown(r, j) == IF r \in waiters[Chain[j]] THEN verdict[Chain[j]] ELSE "none"
+
+\* The positions before i whose verdict r does not hold.
+PosUnknown(r, i) == {j \in 1..(i - 1) : PosKnown(r, j) = "none"}
+
+\* The last position of the window holding position u.
+WindowLast(u) == 2 * WindowStart(u) - 2 + FirstWindow
+
+\* r's first unknown position before i (PosUnknown(r, i) not empty).
+PosFirstUnknown(r, i) == CHOOSE j \in PosUnknown(r, i) : \A l \in PosUnknown(r, i) : j <= l
+
+\* The last position before i the rule reads: the end of the window of r's
+\* first unknown key (i - 1: none, or i inside that window).
+PosReach(r, i) ==
+    IF PosUnknown(r, i) = {} \/ i - 1 <= WindowLast(PosFirstUnknown(r, i)) THEN i - 1
+    ELSE WindowLast(PosFirstUnknown(r, i))
+
+\* A key the rule reads is known NOT stored: no probe, the answer is a miss.
+PosMissBefore(r, i) == \E j \in 1..PosReach(r, i) : PosKnown(r, j) = "miss"
+
+\* Past the end of the first unknown key's window: deferred.
+PosPastWindow(r, i) == PosUnknown(r, i) # {} /\ WindowLast(PosFirstUnknown(r, i)) < i
+
+\* The inferred rule: the search's next position is probed, a key at or
+\* before the last position known stored is inferred stored, one at or
+\* after the first known NOT stored answers a miss, any other is deferred.
+PosSearchDecision(r, i) ==
+    LET lo == SearchLo(r)
+        hi == SearchHi(r)
+    IN IF i <= lo THEN "inferred_hit"
+       ELSE IF i >= hi THEN "past_miss"
+       ELSE IF i = SearchNext(lo, hi) THEN "probe"
+       ELSE "defer"
+
+\* What the positioned lookup by r of the key at position i does.
+PosDecision(r, i) ==
+    IF Searching THEN PosSearchDecision(r, i)
+    ELSE IF PosMissBefore(r, i) THEN "past_miss"
+    ELSE IF PosPastWindow(r, i) THEN "defer"
+    ELSE "probe"
+
+\* The Lookup of k by r goes to the probe table: a key without a position,
+\* or a positioned one the rule probes.
+PositionProbes(k, r) == ~PositionedKey(k) \/ \E i \in DOMAIN Chain : Chain[i] = k /\ PosDecision(r, i) = "probe"
+
+\* A positioned Lookup's part that probes: the history records whether a
+\* key before it was then known NOT stored to r (read off the table: r
+\* waits on it and its verdict is MISS; not through PosDecision), and the
+\* key is no longer deferred.
+PositionedProbe(k, r) ==
+    /\ asked' = [asked EXCEPT ![r] = @ \cup {k}]
+    /\ UNCHANGED chainFlags
+    /\ posPastMiss' = (posPastMiss \/ \E i \in DOMAIN Chain :
+                          /\ Chain[i] = k
+                          /\ \E j \in 1..(i - 1) : r \in waiters[Chain[j]] /\ verdict[Chain[j]] = "miss")
+    /\ deferred' = [deferred EXCEPT ![r] = @ \ {k}]
+
+\* A positioned Lookup answered without a probe: nothing changes but the
+\* history (a deferred key is recorded, a key answered is no longer
+\* deferred); the answer is not a verdict of the table, so out is NoOut.
+PositionedAnswer(k, r) ==
+    /\ PositionedKey(k)
+    /\ \E i \in DOMAIN Chain :
+          /\ Chain[i] = k
+          /\ PosDecision(r, i) # "probe"
+          /\ deferred' = [deferred EXCEPT ![r] = IF PosDecision(r, i) = "defer" THEN @ \cup {k} ELSE @ \ {k}]
+    /\ out' = NoOut
+    /\ UNCHANGED <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down>>
+    /\ UNCHANGED <<chainFlags, asked, posPastMiss, worker, history, store, memory>>
 
 -----------------------------------------------------------------------------
 (* Initial state *)
@@ -493,16 +592,20 @@ LookupMemory(k) ==
 
 \* Request r asks for key k (a request already waiting on k changes nothing:
 \* the model leaves that repeated call out).  The answer (out) is the
-\* verdict of a RESOLVED state, else none ("ask again").
+\* verdict of a RESOLVED state, else none ("ask again").  A positioned key
+\* the rule does not probe is answered without a state (PositionedAnswer).
 Lookup(k, r) ==
     /\ LookupReady
     /\ r \notin waiters[k]
-    /\ LookupNew(k, r) \/ LookupJoin(k, r) \/ LookupRecall(k, r)
-    /\ UNCHANGED store
-    /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
-    /\ LookupMemory(k)
-    /\ ChainStep(k, r)
-    /\ UNCHANGED <<open, down, worker, history>>
+    /\ \/ /\ PositionProbes(k, r)
+          /\ LookupNew(k, r) \/ LookupJoin(k, r) \/ LookupRecall(k, r)
+          /\ UNCHANGED store
+          /\ requests' = [requests EXCEPT ![r] = @ \cup {k}]
+          /\ LookupMemory(k)
+          /\ IF PositionedKey(k) THEN PositionedProbe(k, r)
+             ELSE ChainStep(k, r) /\ UNCHANGED positionsHistory
+          /\ UNCHANGED <<open, down, worker, history>>
+       \/ PositionedAnswer(k, r)
 
 \* End of step: submit this step's batch entries whose state is still the
 \* PENDING state of the entry's generation, one group per request.  A key is
@@ -679,8 +782,9 @@ RequestsAfterCleanup(r) == [requests EXCEPT ![r] = {}]
 \* Request r finished: it stops waiting on every key, and a state nobody
 \* waits on any more is reclaimed if its phase is one of CleanupReclaims.
 Cleanup(r) ==
-    /\ UNCHANGED chainFlags
+    /\ UNCHANGED <<chainFlags, posPastMiss>>
     /\ asked' = [asked EXCEPT ![r] = {}]
+    /\ deferred' = [deferred EXCEPT ![r] = {}]
     /\ CleanupStore(r)
     /\ UNCHANGED memory
     /\ ~down
@@ -773,8 +877,9 @@ MarkMiss(ks) ==
 \* calls it had started may still finish and publish (nothing drains them).
 \* History is kept: the invariants go on checking the states after it.
 Shutdown ==
-    /\ UNCHANGED chainFlags
+    /\ UNCHANGED <<chainFlags, posPastMiss>>
     /\ asked' = [r \in Reqs |-> {}]
+    /\ deferred' = [r \in Reqs |-> {}]
     /\ UNCHANGED store
     /\ ~down
     /\ down' = TRUE
@@ -1083,6 +1188,8 @@ AfterShutdownEmpty ==
 ChainTypeOK ==
     /\ chainFlags \in BOOLEAN \X BOOLEAN \X BOOLEAN \X BOOLEAN
     /\ asked \in [Reqs -> SUBSET Keys]
+    /\ posPastMiss \in BOOLEAN
+    /\ deferred \in [Reqs -> SUBSET Keys]
 
 \* No walk ever looked up a key after a key of its chain known NOT stored.
 ChainStopsAtMiss == ~chainPastMiss
@@ -1099,6 +1206,13 @@ ChainHitsAnswered == ~chainUntoldHit
 \* key of the chain (asked: what r's Lookups did, not the waiters the
 \* walk's guard reads); so a walk's leading hits are keys it looked up.
 ChainWalksInOrder == ~chainSkipped
+
+\* --- Positioned lookups (tla/positions.cfg) ---
+
+\* No positioned lookup probed a key while a key before it in the chain was
+\* known NOT stored to its request (posPastMiss: read off the table when
+\* the probe was made, not through PosDecision, which decides it).
+PositionsStopAtMiss == ~posPastMiss
 
 \* --- The inferred walk's invariants (tla/chain-inferred.cfg) ---
 
@@ -1201,5 +1315,18 @@ EventuallyReclaimed ==
     /\ \A k \in Keys :
           (phase[k] \in {PENDING, IN_FLIGHT}) ~> (phase[k] \in {RESOLVED, ABSENT})
     /\ (<>[]NoWaiters) => <>[]TableEmpty
+
+\* While the scheduler keeps asking (PositionsSpec: weak fairness on each
+\* request's lookup of each chain key), a deferred key is eventually no
+\* longer deferred: probed, or answered without a probe (a key before it
+\* known NOT stored, or inferred stored), or its request finished; unless
+\* the model's generations ran out (no new probe can be made: a bound of
+\* the model, not of the manager).
+DeferredServed ==
+    \A r \in Reqs : \A k \in Keys : (k \in deferred[r]) ~> (k \notin deferred[r] \/ nextGen > MaxGen)
+
+\* The scan's re-ask: each request's lookup of each chain key is taken
+\* while it stays possible and would change something.
+PositionsSpec == Spec /\ \A r \in Reqs : \A i \in DOMAIN Chain : WF_vars(Lookup(Chain[i], r))
 
 =============================================================================

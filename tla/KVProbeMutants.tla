@@ -237,6 +237,19 @@ DropsRefuted(r) ==
     /\ UNCHANGED <<stored, prefixAtHit, failedLoads>>
 
 -----------------------------------------------------------------------------
+(* Positioned lookups (tla/positions.cfg) *)
+
+\* position-probes-past-miss: the positioned rule does not look for a key
+\* known NOT stored before the key, so it probes past its request's known
+\* miss (PosMissBefore <- MissNeverSeen).
+MissNeverSeen(r, i) == FALSE
+
+\* position-window-never-opens: every key past the first window is
+\* deferred, whatever the keys before it resolved to, so a deferred key is
+\* never probed (PosPastWindow <- WindowNeverOpens).
+WindowNeverOpens(r, i) == i > FirstWindow
+
+-----------------------------------------------------------------------------
 (* The verdict cache (tla/cache.cfg) *)
 
 \* cache-keeps-marked-miss: MarkMiss does not make the cache forget, so a

@@ -28,6 +28,12 @@ LiveView == <<phase, gen, waiters, verdict, requests, batch, nextGen, open, down
 \* from memory, so CacheProvenance is not checked vacuously.
 NeverServedFromMemory == \A p \in Probe : recalled[p] = NoGen
 
+\* The positioned lookups' witness (tests/tla/test_tla_positions.py checks
+\* positions.cfg with it alone, which must be violated): some key is
+\* deferred, so DeferredServed is not checked vacuously.
+NeverDeferred == \A r \in Reqs : deferred[r] = {}
+
+
 -----------------------------------------------------------------------------
 (* Reachability: each property below says an interesting step never       *)
 (* happens.  Each must be VIOLATED (config reach.cfg); the counterexample  *)

@@ -597,6 +597,58 @@ VIOLATIONS.update(
 VARIABLES.update({"chainSkipped": None, "asked": None, "failedLoads": None})
 
 
+# --- positioned lookups (tla/positions.cfg; issue 38) ---
+
+
+def _deferred_change(before: State, after: State) -> tuple[str, str, bool] | None:
+    """(request, key, deferred now) of a key whose deferral a step changed, or None."""
+    old, new = before.get("deferred", {}), after.get("deferred", {})
+    for req in sorted(new, key=str) if isinstance(new, dict) and isinstance(old, dict) else ():
+        for key in sorted(set(new[req]) ^ set(old.get(req, ())), key=str):
+            return str(req), str(key), key in new[req]
+    return None
+
+
+def _positioned_lookup(before: State, after: State) -> str:
+    change = _deferred_change(before, after)
+    if change is None or after.get("phase") != before.get("phase") or after.get("waiters") != before.get("waiters"):
+        return _lookup(before, after)
+    req, key, now = change
+    if now:
+        return f"{req}'s positioned lookup of {key} is deferred: no probe, answered not known yet"
+    return f"{req}'s positioned lookup of {key} is answered without a probe (a key before it decides it)"
+
+
+def _position_past_miss(states: Sequence[State]) -> str:
+    for before, after in itertools.pairwise(states):
+        if after.get("posPastMiss") is True and before.get("posPastMiss") is not True:
+            out = after["out"]
+            req, key = out["req"], out["key"]
+            missed = sorted(str(k) for k in before["requests"][req] if before["verdict"][k] == "miss")
+            return (
+                f"{req}'s positioned lookup probed {key} while {req} knew {', '.join(missed) or 'a key'} "
+                "before it NOT stored: nothing past a known miss of the same request is probed"
+            )
+    return "a positioned lookup probed a key past a key its request knew NOT stored"
+
+
+def _deferred_forever(states: Sequence[State]) -> str:
+    last = states[-1]
+    for req, keys in sorted(last.get("deferred", {}).items(), key=str):
+        if keys:
+            key = sorted(map(str, keys))[0]
+            return (
+                f"{req}'s lookup of {key} is deferred forever though {req} keeps asking: a deferred key is "
+                "eventually probed, or answered by a known miss before it"
+            )
+    return "a deferred key is never probed nor passed by a known miss"
+
+
+ACTIONS["Lookup"] = _positioned_lookup
+VIOLATIONS.update({"PositionsStopAtMiss": _position_past_miss, "DeferredServed": _deferred_forever})
+VARIABLES.update({"posPastMiss": None, "deferred": ("deferred", _per_key)})
+
+
 # --- putting it together -----------------------------------------------------
 
 

@@ -273,6 +273,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "a request's cleanup takes its keys off the refuted set: the next walk infers across a failed load",
         CleanupStore="DropsRefuted",
     ),
+    # --- positioned lookups (tla/positions.cfg; issue 38) ---
+    _spec_on(
+        "positions",
+        "position-probes-past-miss",
+        "a positioned lookup probes a key after a key its request knows NOT stored",
+        PosMissBefore="MissNeverSeen",
+    ),
+    _spec_on(
+        "positions",
+        "position-window-never-opens",
+        "a positioned lookup defers every key past the first window, so a deferred key is never probed",
+        PosPastWindow="WindowNeverOpens",
+    ),
     # --- the verdict cache (tla/cache.cfg) ---
     _cache(
         "cache-keeps-marked-miss",

@@ -142,3 +142,11 @@ def inferred_cache_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     """TLC's explored state graph of tla/inferred-cache.cfg (one request already), no symmetry."""
     text = walk_cache_config((tla_dir() / "inferred-cache.cfg").read_text())
     return explored_graph(tmp_path_factory.mktemp("inferred-cache-graph"), text)
+
+
+@pytest.fixture(scope="session")
+def positions_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    """TLC's explored state graph of tla/positions.cfg (Positioned: 2 keys, 1 request), invariants only."""
+    text = (tla_dir() / "positions.cfg").read_text()
+    assert "Positioned = TRUE" in text and "SYMMETRY" not in text
+    return explored_graph(tmp_path_factory.mktemp("positions-graph"), safety_only(text))

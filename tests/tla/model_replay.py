@@ -34,14 +34,15 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kvprobe.spec import model
 from kvprobe.spec.lifecycle import LookupPhase
-from kvprobe.spec.model_state import CacheSpec, Remembered
+from kvprobe.spec.model_positions import PositionsStopAtMiss, positioned_lookup
+from kvprobe.spec.model_state import CacheSpec, ChainAsk, Remembered
 from kvprobe.spec.model_walk_checks import WalkFacts
 from kvprobe.tlc import FrozenDict, ModelValue, parse_value
 
@@ -257,6 +258,9 @@ def to_model(state: TlaState, *, cache: bool = False) -> model.State:
         moot=frozenset((owner.get(g, NO_KEY), g) for g in state["moot"]),  # type: ignore[attr-defined]
         told={(_key(k), g): v == "hit" for (k, g), v in told.items() if v != "none"},
         backend_hits=frozenset((_key(k), g) for k, g in state["backendHit"]),  # type: ignore[attr-defined]
+        # Positioned lookups' history: a probe past a known miss stands for the flag.
+        position_probes=(ChainAsk("?", NO_KEY, 1, 0, (False,)),) if state["posPastMiss"] else (),
+        deferred=frozenset((str(r), _key(k)) for r, ks in state["deferred"].items() for k in ks),  # type: ignore[attr-defined]
     )
     return replace(s, **_memory(state)) if cache else s  # type: ignore[arg-type]
 
@@ -325,6 +329,9 @@ _TLA_VIEW: dict[str, Callable[[Any], object]] = {
     "recalled": _by_identity(lambda r: frozenset(((_key(k), g), src) for (k, g), src in r.items() if src)),
     "forgot": _by_identity(lambda f: frozenset((_key(k), g) for k, g in f)),
     "backendMiss": _by_identity(lambda m: frozenset((_key(k), g) for k, g in m)),
+    # Positioned lookups (constant unless Positioned).
+    "posPastMiss": bool,
+    "deferred": _by_identity(lambda d: frozenset((str(r), _key(k)) for r, ks in d.items() for k in ks)),
 }
 
 
@@ -398,6 +405,8 @@ def view_of_model(s: model.State, keys: Iterable[bytes]) -> View:
         "forgot": s.invalidated,
         # TLA+ records the backend's "not stored" answers only with the cache on.
         "backendMiss": s.backend_misses if s.cache is not None else frozenset(),
+        "posPastMiss": not PositionsStopAtMiss(s),
+        "deferred": s.deferred,
         "keys": keys,
     }
 
@@ -440,18 +449,50 @@ def _mark_miss_keys(source: TlaState, dest: TlaState, *, fallback: bool = True) 
     return [_key(k) for k in (changed or [k for k in live if source["forced"][k]])]  # type: ignore[index]
 
 
+def _positioned(s: model.State, source: TlaState, dest: TlaState, chain: Sequence[bytes]) -> model.State:
+    """A positioned Lookup (tla/positions.cfg: first window 1, growth 2): the (key, request) that reaches ``dest``.
+
+    A lookup answered without a probe leaves no output naming its key, so
+    every key of the chain and request that does not hold it is tried; the
+    first whose reference step projects as ``dest`` is the step (else the
+    first tried, whose differences are reported).
+    """
+    want = view_of_tla(dest)
+    waiting = {_key(k): {str(r) for r in ws} for k, ws in source["waiters"].items()}  # type: ignore[attr-defined]
+    tried: list[model.State] = []
+    for rank, key in enumerate(chain):
+        for req in sorted(map(str, source["requests"])):  # type: ignore[call-overload]
+            if req in waiting[key]:
+                continue
+            after = positioned_lookup(s, chain, rank, req, 1, 2.0)[0]
+            if not differences(want, view_of_model(after, want["keys"])):  # type: ignore[arg-type]
+                return after
+            tried.append(after)
+    return tried[0] if tried else s
+
+
 def replay_edge(
-    action: str, s: model.State, source: TlaState, dest: TlaState, *, flavour: str = "native"
+    action: str,
+    s: model.State,
+    source: TlaState,
+    dest: TlaState,
+    *,
+    flavour: str = "native",
+    chain: Sequence[bytes] = (),
 ) -> model.State:
     """Apply to ``s`` (``to_model(source)``) the reference-model action the edge names.
 
     ``flavour`` is the config's ``MarkMissFlavour`` ("vllm": MarkMiss forces
-    RESOLVED keys only, ``model.mark_miss(..., skip_unresolved=True)``).
+    RESOLVED keys only, ``model.mark_miss(..., skip_unresolved=True)``);
+    ``chain``, with Positioned, the chain in order: a Lookup is positioned
+    (:func:`kvprobe.spec.model_positions.positioned_lookup`).
 
     Raises:
         model.ModelError: the reference model has no such step.
         KeyError: the edge names an action the reference model does not have.
     """
+    if action == "Lookup" and chain:
+        return _positioned(s, source, dest, chain)
     if action == "Lookup":
         out: Mapping[str, object] = dest["out"]  # type: ignore[assignment]
         key = out["key"]

@@ -83,22 +83,29 @@ def _step_differences(
     dest: Mapping[str, object],
     want: View,
     flavour: str = "native",
+    chain: Sequence[bytes] = (),
 ) -> list[str]:
     """How the reference step the edge names misses ``dest`` (empty: it reaches it)."""
     try:
-        after = replay_edge(action, source_model, source, dest, flavour=flavour)
+        after = replay_edge(action, source_model, source, dest, flavour=flavour, chain=chain)
     except model.ModelError as error:
         return [f"the reference model refused: {error}"]
     return differences(want, view_of_model(after, want["keys"]))  # type: ignore[arg-type]
 
 
 def replay(
-    graph: Graph, *, stop_at_first: bool = False, flavour: str = "native", cache: bool = False
+    graph: Graph,
+    *,
+    stop_at_first: bool = False,
+    flavour: str = "native",
+    cache: bool = False,
+    chain: Sequence[bytes] = (),
 ) -> tuple[Counter[str], list[str]]:
     """Replay ``graph`` (no symmetry): (edges replayed per action, one line per divergence).
 
     ``flavour`` is the MarkMissFlavour of the config TLC explored, ``cache``
-    whether it turns the verdict cache on.
+    whether it turns the verdict cache on, ``chain`` the chain of a
+    Positioned config (its Lookups are positioned).
     """
     states, edges = graph
     views, models = _prepared(graph, cache=cache)
@@ -109,7 +116,7 @@ def replay(
         return Counter(), failures
     replayed: Counter[str] = Counter()
     for source, action, dest in edges:
-        lines = _step_differences(action, models[source], states[source], states[dest], views[dest], flavour)
+        lines = _step_differences(action, models[source], states[source], states[dest], views[dest], flavour, chain)
         failures += [f"edge {source} -[{action}]-> {dest}: {line}" for line in lines]
         replayed[action] += 1
         if failures and stop_at_first:
@@ -486,3 +493,56 @@ def test_a_recall_slipped_out_of_the_reference_model_is_seen(
     _, failures = replay(chain_cache_graph, stop_at_first=True, cache=True)
     _PREPARED.pop(id(chain_cache_graph), None)
     assert failures and "-[Lookup]->" in failures[0] and "recalled:" in failures[0], failures[:1]
+
+
+# --- positioned lookups (tla/positions.cfg) -----------------------------------------------------
+
+
+def _chain_of(graph: Graph) -> list[bytes]:
+    """positions.cfg's chain: its first key is the one a Lookup from the start probes (the other is deferred)."""
+    states, edges = graph
+    start = next(sid for sid, st in states.items() if st["nextGen"] == 1 and not any(st["requests"].values()))  # type: ignore[attr-defined]
+    keys = sorted(states[start]["phase"], key=str)  # type: ignore[call-overload]
+    probed = {
+        str(k)
+        for s, a, d in edges
+        if s == start and a == "Lookup"
+        for k in keys
+        if states[d]["phase"][k] == "PENDING"  # type: ignore[index]
+    }
+    assert len(probed) == 1, probed
+    return sorted((str(k).encode() for k in keys), key=lambda k: k.decode() not in probed)
+
+
+@pytest.mark.tlc
+def test_every_edge_of_the_positions_graph_is_a_step_of_the_reference_model(positions_graph: Graph) -> None:
+    # Positioned lookups (issue 38): each TLC Lookup, probed, deferred or answered
+    # NOT stored past a known miss, is the reference model's positioned_lookup for
+    # some key and request, with the same table and the same history (posPastMiss,
+    # deferred); every state keeps the reference invariants.
+    chain = _chain_of(positions_graph)
+    replayed, failures = replay(positions_graph, chain=chain)
+    assert not failures, f"{len(failures)} divergences; first: " + "\n".join(failures[:5])
+    states, edges = positions_graph
+    assert sum(replayed.values()) == len(edges)
+    assert any(st["deferred"] != states[s]["deferred"] for s, a, d in edges if a == "Lookup" for st in [states[d]]), (
+        "no lookup deferred"
+    )
+
+
+@pytest.mark.tlc
+def test_a_rule_that_probes_past_a_miss_is_seen_by_the_positions_replay(
+    positions_graph: Graph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slip: the reference rule ignores a known miss before the key.
+    from kvprobe.spec import model_positions
+
+    correct = model_positions.position_rule
+
+    def slipped(verdicts: Sequence[bool | None], rank: int, *rest: object) -> str:
+        decided = correct(verdicts, rank, *rest)  # type: ignore[arg-type]
+        return "probe" if decided == "past_miss" else decided
+
+    monkeypatch.setattr(model_positions, "position_rule", slipped)
+    _, failures = replay(positions_graph, stop_at_first=True, chain=_chain_of(positions_graph))
+    assert failures and "-[Lookup]->" in failures[0], failures[:1]

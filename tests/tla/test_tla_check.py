@@ -66,7 +66,13 @@ SPEC_CAUGHT_BY = {
     "mark-miss-skips-unresolved": "ForcedMissSticks",
     "mark-miss-forces-unresolved": "VerdictProvenance",  # on tla/vllm.cfg
     "worker-holds-until-idle": "NeverAppliedBesideRunning",  # on tla/reach.cfg: the witness is gone
+    # Positioned lookups (issue 38), on tla/positions.cfg.
+    "position-probes-past-miss": "PositionsStopAtMiss",
+    "position-window-never-opens": "DeferredServed",  # a liveness property
 }
+
+#: The spec mutants caught by a liveness property (a lasso, not a finite trace).
+LIVENESS_CAUGHT = {"position-window-never-opens"}
 
 
 def test_mutant_names_match_the_tables_and_the_docs() -> None:
@@ -243,6 +249,10 @@ def test_every_spec_mutant_is_caught_by_its_clause(mutant: str) -> None:
         # The mutant only removes behaviours: the witness TLC finds on the model is gone.
         assert (result.outcome, result.property) == ("ok", None), (result.outcome, result.property, result.errors)
         return
+    if mutant in LIVENESS_CAUGHT:
+        assert result.outcome == "liveness" and result.property in (None, expected), (result.outcome, result.errors)
+        assert result.trace[0].action == "Init" and len(result.trace) >= 3
+        return
     assert (result.outcome, result.property) == ("invariant", expected), result.errors
     assert result.trace[0].action == "Init" and len(result.trace) >= 3
     if mutant in ENQUEUE_ONCE_CLAUSE:
@@ -310,6 +320,8 @@ CONFIG_TESTS = {
     "chain-inferred-holes": ("test_tla_chain.py", "test_a_store_with_holes_breaks_the_inferred_walk"),
     "chain-cache": ("test_tla_chain.py", "test_each_walk_with_the_cache_passes_and_serves_from_memory"),
     "inferred-cache": ("test_tla_chain.py", "test_each_walk_with_the_cache_passes_and_serves_from_memory"),
+    "positions": ("test_tla_positions.py", "test_the_positions_config_passes_and_defers"),
+    "positions-inferred": ("test_tla_positions.py", "test_the_positions_config_passes_and_defers"),
 }
 
 
