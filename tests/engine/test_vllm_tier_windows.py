@@ -12,6 +12,9 @@ from collections.abc import Sequence
 
 from position_scan import PositionedContext, chain_keys, maximal_prefix_scan
 
+from kvprobe.backends.nixl_obj import NixlObjBackend
+from kvprobe.integrations.vllm import AsyncLookupManager
+from kvprobe.integrations.vllm.manager import VLLM_SCHEDULES
 from kvprobe.integrations.vllm.tiers.lookup import TierLookupManager
 from kvprobe.integrations.vllm.tiers.options import tier_lookup_options
 from kvprobe.statemachine.windows import window_end
@@ -70,3 +73,36 @@ def test_nothing_stored_costs_the_first_window_under_vllms_scan() -> None:
         assert scan_until_decided(tier, keys, ctx) == stored
         assert len(backend.asked) == min(64, window_end(4, stored, 1.25)), stored
         tier.shutdown()
+
+
+# --- the one-line switch: vLLM's own obj lookup class on the drop-in -----------------
+
+
+def _switched(module: str, name: str) -> type[AsyncLookupManager]:
+    """A class shaped as vLLM 0.33's tier lookup class of that module and name, on the drop-in (no vLLM import)."""
+
+    def batch_lookup(self: AsyncLookupManager, keys: list[bytes], req_context: object) -> list[bool]:
+        return [False] * len(keys)
+
+    return type(name, (AsyncLookupManager,), {"__module__": module, "batch_lookup": batch_lookup})
+
+
+def test_vllms_obj_lookup_class_gets_the_object_backends_schedule() -> None:
+    assert set(VLLM_SCHEDULES.values()) == {NixlObjBackend.chain_schedule}
+    obj = _switched("vllm.v1.kv_offload.tiering.obj.manager", "ObjAsyncLookupManager")("obj", worker="manual")
+    assert (obj.manager.chain_window, obj.manager.chain_window_growth) == NixlObjBackend.chain_schedule
+    obj.shutdown()
+    # vLLM's fs class, and a class of that name elsewhere, keep the drop-in's defaults.
+    for module, name in [
+        ("vllm.v1.kv_offload.tiering.fs.manager", "FsAsyncLookupManager"),
+        ("my_tiers", "ObjAsyncLookupManager"),
+    ]:
+        other = _switched(module, name)("other", worker="manual")
+        assert (other.manager.chain_window, other.manager.chain_window_growth) == (16, 2.0)
+        other.shutdown()
+    # An explicit window still wins.
+    wide = _switched("vllm.v1.kv_offload.tiering.obj.manager", "ObjAsyncLookupManager")(
+        "obj", worker="manual", chain_window=32
+    )
+    assert (wide.manager.chain_window, wide.manager.chain_window_growth) == (32, 1.25)
+    wide.shutdown()
