@@ -8,7 +8,6 @@ that a prompt with nothing stored costs the object backend's first window
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 from position_scan import PositionedContext, chain_keys, maximal_prefix_scan
@@ -18,18 +17,16 @@ from kvprobe.integrations.vllm import AsyncLookupManager
 from kvprobe.integrations.vllm.manager import VLLM_SCHEDULES
 from kvprobe.integrations.vllm.tiers.lookup import TierLookupManager
 from kvprobe.integrations.vllm.tiers.options import tier_lookup_options
-from kvprobe.statemachine.threaded_worker import DEFAULT_CONCURRENT_GROUPS
 from kvprobe.statemachine.windows import window_end
 
-_OPTION_KEYS: dict[str, object] = {
-    "chain_mode": "exact",
-    "lookup_timeout_s": None,
-    "default_timeout_s": 30.0,
-    "cache_hit_ttl_s": 0,
-    "cache_miss_ttl_s": 0,
-    "cache_max_entries": None,
-}
-_OPTIONS = tier_lookup_options(**_OPTION_KEYS)  # type: ignore[arg-type]
+_OPTIONS = tier_lookup_options(
+    chain_mode="exact",
+    lookup_timeout_s=None,
+    default_timeout_s=30.0,
+    cache_hit_ttl_s=0,
+    cache_miss_ttl_s=0,
+    cache_max_entries=None,
+)
 
 
 class NarrowBackend:
@@ -109,46 +106,3 @@ def test_vllms_obj_lookup_class_gets_the_object_backends_schedule() -> None:
     )
     assert (wide.manager.chain_window, wide.manager.chain_window_growth) == (32, 1.25)
     wide.shutdown()
-
-
-# --- one slow call holds back no other request (kvprobe's backends are thread-safe) ----
-
-
-class HeldBackend(NarrowBackend):
-    """Holds every call that asks for one of ``held`` until ``release`` is set; ``answered`` is set by any other."""
-
-    def __init__(self, stored: Sequence[bytes], held: set[bytes]) -> None:
-        super().__init__(stored)
-        self.held = held
-        self.release = threading.Event()
-        self.answered = threading.Event()
-
-    def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
-        if self.held & set(keys):
-            self.release.wait(120)  # bounded: released by the test as soon as it has looked
-        else:
-            self.answered.set()
-        return super().batch_lookup(keys, req_context)
-
-
-def test_a_held_call_does_not_hold_back_another_requests_lookups() -> None:
-    slow, fast = chain_keys(1, 64), chain_keys(2, 64)
-    backend = HeldBackend(fast[:2], held={slow[0]})
-    no_timeout = tier_lookup_options(**{**_OPTION_KEYS, "lookup_timeout_s": 3600})  # type: ignore[arg-type]  # only concurrency can help
-    tier = TierLookupManager(backend, "obj-held", no_timeout)
-    assert tier.manager.worker.max_concurrent_groups == DEFAULT_CONCURRENT_GROUPS
-    slow_ctx, fast_ctx = PositionedContext("slow"), PositionedContext("fast")
-    slow_ctx.record(slow)
-    fast_ctx.record(fast)
-    try:
-        assert maximal_prefix_scan(tier, slow, slow_ctx) is None
-        tier.flush()  # the slow request's call starts and is held
-        assert maximal_prefix_scan(tier, fast, fast_ctx) is None
-        tier.flush()
-        # One call at a time would leave the fast request's call queued behind the held one.
-        assert backend.answered.wait(60), "the fast request's call never ran beside the held one"
-        assert scan_until_decided(tier, fast, fast_ctx) == 2
-        assert not backend.release.is_set()
-    finally:
-        backend.release.set()
-        tier.shutdown()

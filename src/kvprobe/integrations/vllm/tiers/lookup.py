@@ -26,7 +26,6 @@ from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.nixl_obj import NixlObjBackend
 from kvprobe.integrations.vllm.manager import AsyncLookupManager
 from kvprobe.integrations.vllm.tiers.options import TierLookupOptions
-from kvprobe.statemachine.threaded_worker import DEFAULT_CONCURRENT_GROUPS
 
 __all__ = ["LookupBackend", "TierLookupManager", "VllmNamedFsBackend", "VllmNamedObjBackend", "wire_name"]
 
@@ -104,11 +103,7 @@ class TierLookupManager(AsyncLookupManager):
     the backend's ``chain_schedule`` (first window and growth; the object
     backend's: 4 keys, then each 1.25 times the one before), so a prompt
     with nothing stored costs its first window; a backend without one gets
-    the drop-in's defaults.  Up to four requests' calls run at once (the
-    native manager's default; vLLM's own tiers run one, as their obj tier
-    shares one NIXL agent): kvprobe's backends are thread-safe, and one
-    call waiting on the store's pace or retries holds back no other
-    request.
+    the drop-in's defaults.
 
     Args:
         backend: the tier's kvprobe backend.
@@ -126,7 +121,6 @@ class TierLookupManager(AsyncLookupManager):
             tier_type,
             lookup_timeout_s=options.lookup_timeout_s,
             chain_mode=options.chain_mode,
-            max_concurrent_groups=DEFAULT_CONCURRENT_GROUPS,
             chain_window=None if schedule is None else schedule[0],
             chain_window_growth=None if schedule is None else schedule[1],
             verdict_cache=options.verdict_cache,
