@@ -1,11 +1,15 @@
 """An engine process that exits while its lookups are in flight (run as a script by the exit tests).
 
-    python tests/engine/exit_engine.py ENDPOINT BUCKET {vllm-switch|vllm-own|native}[+shutdown] REQUESTS
+    python tests/engine/exit_engine.py ENDPOINT BUCKET {vllm-switch|vllm-own|objtier|native}[+shutdown] REQUESTS
 
 ``vllm-switch`` builds vLLM 0.33's object tier (real NIXL OBJ) after the
 one-line switch to kvprobe's drop-in, ``vllm-own`` the same tier on vLLM's
-own lookup class, ``native`` kvprobe's own manager on ``NixlObjBackend``.
-Each starts ``REQUESTS`` requests of 64 absent keys, flushes them to the
+own lookup class, ``objtier`` kvprobe's ``ObjTier`` (through vLLM's tier
+factory, as an operator's config loads it), ``native`` kvprobe's own
+manager on ``NixlObjBackend``.  Once built it prints ``built`` and waits
+for a line on stdin (the test turns the store's throttling on in between:
+a tier's connection check at start is not what is tested).  Then it
+starts ``REQUESTS`` requests of 64 absent keys, flushes them to the
 worker, waits a moment (the calls reach the store), prints ``submitted`` and returns from the script without any
 shutdown (with ``+shutdown``: after the tier's or the manager's own
 ``shutdown``, which gives up on a call after its timeout): the interpreter
@@ -46,6 +50,19 @@ def vllm_obj_tier(endpoint: str, bucket: str, switch: bool) -> Any:
     return ObjectStoreSecondaryTierManager(spec, view, "obj", store_config=store)
 
 
+def kvprobe_obj_tier(endpoint: str, bucket: str) -> Any:
+    """kvprobe's ``ObjTier``, built by vLLM's factory from an operator's tier config (its defaults)."""
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+    from vllm_offloading_spec import offloading_spec
+
+    region = mmap.mmap(-1, 8 * mmap.PAGESIZE)
+    view = memoryview(region).cast("B", (8, mmap.PAGESIZE))
+    store = {"bucket": bucket, "endpoint_override": endpoint.split("//", 1)[1], "access_key": "kvprobe-test",
+             "secret_key": "kvprobe-test-secret", "region": "us-east-1", "scheme": "http"}  # fmt: skip
+    config = {"type": "ObjTier", "module_path": "kvprobe.integrations.vllm.tiers", "store_config": store}
+    return SecondaryTierFactory.create_secondary_tier(config, view, offloading_spec("kvprobe-exit"))
+
+
 def native_manager(endpoint: str, bucket: str) -> Any:
     """kvprobe's own manager on its NIXL object backend."""
     from kvprobe.backends import NixlObjBackend
@@ -63,8 +80,14 @@ def main(endpoint: str, bucket: str, kind: str, requests: int) -> None:
     if kind == "native":
         owner = manager = native_manager(endpoint, bucket)
     else:
-        owner = vllm_obj_tier(endpoint, bucket, switch=kind == "vllm-switch")
+        owner = (
+            kvprobe_obj_tier(endpoint, bucket)
+            if kind == "objtier"
+            else vllm_obj_tier(endpoint, bucket, kind == "vllm-switch")
+        )
         manager = owner._lookup_manager
+    print("built", flush=True)
+    sys.stdin.readline()
     for r in range(requests):
         ctx = SimpleNamespace(req_id=f"exit-{r}")
         for i in range(KEYS_PER_REQUEST):

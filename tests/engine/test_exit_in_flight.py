@@ -39,29 +39,51 @@ def _skip_or_fail(reason: str | None, required: bool) -> None:
     pytest.skip(reason)
 
 
-def run_engines(kind: str, bucket_name: str) -> list[tuple[int, str]]:
-    """``PROCESSES`` engine processes of ``kind`` on one throttling store: (exit code, stderr tail) each."""
+def run_engines(kind: str, bucket_name: str, processes: int = PROCESSES) -> list[tuple[int, str]]:
+    """``processes`` engine processes of ``kind`` on one throttling store: (exit code, stderr tail) each.
+
+    The store throttles from the moment every engine has built its tier
+    (the tiers' connection checks at start go through).
+    """
     from kvprobe.testing.faultproxy import FaultProxy
     from kvprobe.testing.s3server import S3Server
 
-    with S3Server() as s3, FaultProxy(s3.endpoint_url, throttle=0.5, delay_s=0.5) as proxy:
+    with S3Server() as s3, FaultProxy(s3.endpoint_url) as proxy:
         s3.create_bucket(bucket_name)
         procs = [
             subprocess.Popen(
                 [sys.executable, str(ENGINE), proxy.endpoint_url, bucket_name, kind, str(REQUESTS)],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
-            for _ in range(PROCESSES)
+            for _ in range(processes)
         ]
-        results = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=240)
-            assert "submitted" in out, f"the engine did not get as far as its lookups: {err[-2000:]}"
-            results.append((proc.returncode, err[-600:]))
+        try:
+            for proc in procs:
+                assert proc.stdout is not None
+                # vLLM may log to stdout first; the line to wait for is "built".  EOF: the process died.
+                while (line := proc.stdout.readline()) not in ("built\n", ""):
+                    pass
+                if line != "built\n":
+                    proc.wait(30)
+                    stderr = proc.stderr.read() if proc.stderr else ""
+                    raise AssertionError(f"the engine did not build its tier: {stderr[-2000:]}")
+            proxy.configure(throttle=0.5, delay_s=0.5)
+            results = []
+            for proc in procs:
+                out, err = proc.communicate("go\n", timeout=240)
+                assert "submitted" in out, f"the engine did not get as far as its lookups: {err[-2000:]}"
+                results.append((proc.returncode, err[-600:]))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()  # by its pid: only a failed run gets here
+                    proc.wait(30)
         stats = proxy.stats()
     assert stats.get("heads", 0) > 0, "no HEAD reached the store: nothing was in flight at exit"
+    assert stats["done"].get("throttle", 0) > 0, f"the store throttled nothing: {stats['done']}"
     return results
 
 
@@ -81,3 +103,16 @@ def test_native_manager_on_nixl_obj_exits_cleanly_with_lookups_in_flight() -> No
     _skip_or_fail(nixl_unavailable() or _missing("moto"), False)
     results = run_engines("native", "kvprobe-exit-native")
     assert [code for code, _ in results] == [0] * PROCESSES, results
+
+
+#: Engine processes of the fleet case: issue 38's six, all on one throttling store.
+FLEET = 6
+
+
+@pytest.mark.parametrize("kind", ["vllm-switch", "objtier"])
+def test_six_engines_through_vllms_tier_exit_cleanly_against_a_throttling_store(kind: str) -> None:
+    required = os.environ.get("KVPROBE_REQUIRE_VLLM") == "1"
+    _skip_or_fail(_missing("vllm"), required)
+    _skip_or_fail(_missing("nixl", "moto"), required)
+    results = run_engines(kind, f"kvprobe-exit-six-{kind}", processes=FLEET)
+    assert [code for code, _ in results] == [0] * FLEET, results

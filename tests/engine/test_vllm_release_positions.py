@@ -17,6 +17,7 @@ name points at kvprobe's drop-in).  Each request's HEADs are the keys its
 from __future__ import annotations
 
 import importlib.util
+import math
 import mmap
 import os
 import time
@@ -37,6 +38,7 @@ from vllm.v1.kv_offload.tiering.fs import manager as vllm_fs
 from vllm_offloading_spec import offloading_spec
 
 from kvprobe.integrations.vllm import AsyncLookupManager
+from kvprobe.integrations.vllm.tiers import FsTier
 from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW, DEFAULT_CHAIN_WINDOW_GROWTH, window_end
 
 CHAIN = 64
@@ -61,18 +63,23 @@ def switched_fs_module() -> ModuleType:
 
 
 class FsRun:
-    """One fs tier (from ``module``) on ``root``; counts the keys each request's batch_lookup calls got."""
+    """One fs tier (vLLM's class, or a subclass such as kvprobe's ``FsTier``) on ``root``.
 
-    def __init__(self, module: ModuleType, root: Path) -> None:
+    Counts the keys each request's batch_lookup calls got; ``extras`` are
+    the tier config's further keys.
+    """
+
+    def __init__(self, tier_class: type[Any], root: Path, **extras: object) -> None:
         self._region = mmap.mmap(-1, 8 * mmap.PAGESIZE)
         view = memoryview(self._region).cast("B", (8, mmap.PAGESIZE))
-        self.tier = module.FileSystemTierManager(
+        self.tier = tier_class(
             offloading_spec=offloading_spec("kvprobe-positions", TOKENS_PER_CHUNK),
             primary_kv_view=view,
             tier_type="fs",
             root_dir=str(root),
             n_read_threads=1,
             n_write_threads=1,
+            **extras,
         )
         self.heads: dict[str, int] = {}
         lookups = self.tier._lookup_manager
@@ -122,7 +129,10 @@ def test_the_switch_bounds_heads_per_request_and_finds_the_exact_prefix(tmp_path
     switched = switched_fs_module()
     assert issubclass(switched.FsAsyncLookupManager, AsyncLookupManager)
     assert not issubclass(vllm_fs.FsAsyncLookupManager, AsyncLookupManager)
-    runs = {"vllm": FsRun(vllm_fs, tmp_path / "vllm"), "switch": FsRun(switched, tmp_path / "switch")}
+    runs = {
+        "vllm": FsRun(vllm_fs.FileSystemTierManager, tmp_path / "vllm"),
+        "switch": FsRun(switched.FileSystemTierManager, tmp_path / "switch"),
+    }
     found: dict[str, list[int]] = {name: [] for name in runs}
     try:
         for name, run in runs.items():
@@ -144,3 +154,28 @@ def test_the_switch_bounds_heads_per_request_and_finds_the_exact_prefix(tmp_path
     for prompt, stored in enumerate(STORED_PREFIXES):
         heads = runs["switch"].heads.get(f"switch-{prompt}", 0)
         assert heads <= BOUND * ideal_heads(stored), (stored, heads, ideal_heads(stored))
+
+
+#: HEADs per request of the inferred search over 64 keys, at most: a gallop
+#: (``ceil(log2 64)`` + 1 probes) and then a bisection of the last gap (as many
+#: again), whatever the stored prefix (:mod:`kvprobe.statemachine.inferred`).
+INFERRED_BOUND = 2 * math.ceil(math.log2(CHAIN)) + 2
+
+
+def test_the_inferred_search_under_vllms_scan_finds_the_exact_prefix_in_few_heads(tmp_path: Path) -> None:
+    """kvprobe's FsTier with ``chain_mode="inferred"``, scanned by vLLM: the exact prefix, HEADs counted."""
+    run = FsRun(FsTier, tmp_path / "inferred", chain_mode="inferred")
+    found, heads = [], []
+    try:
+        for prompt, stored in enumerate((*STORED_PREFIXES, 1, 33, 63)):
+            keys = [make_offload_key(prompt.to_bytes(4, "big") + i.to_bytes(4, "big"), 0) for i in range(CHAIN)]
+            run.store(keys[:stored])
+            found.append(run.found(keys, f"inferred-{prompt}"))
+            heads.append(run.heads.get(f"inferred-{prompt}", 0))
+    finally:
+        run.tier.shutdown()
+    print(f"\ninferred search, HEADs per request: {heads}")
+    assert found == [*STORED_PREFIXES, 1, 33, 63]
+    assert all(1 <= h <= INFERRED_BOUND for h in heads), heads
+    # Fewer than the exact walk's probes wherever the stored prefix is long.
+    assert all(h < ideal_heads(s) for h, s in zip(heads, found, strict=True) if s >= 16), (heads, found)

@@ -4,7 +4,9 @@ The small run is the bench's whole path at a size ``make test-vllm`` can
 afford: two engine processes per way, uncapped, a few requests each.  It
 checks what holds at any size: every request settles, no absent block is
 answered stored, every process exits 0, and with the store never throttling
-every stored prefix is found.
+every stored prefix is found; and, counted from the raw outcomes, both
+kvprobe ways send exactly the HEADs of the object schedule's window walk
+(4 keys, growing 1.25 times), fewer than vLLM's own class.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from typing import Any
 
 import pytest
 
+from bench.fleet.rgw_engine import CHAIN
 from bench.vllm.compare import figures, table
 from bench.vllm.engine import MODES
+from kvprobe.backends.nixl_obj import NixlObjBackend
+from kvprobe.statemachine.windows import window_end
 
 
 def _raw(mode: str, outcomes: list[dict[str, Any]], heads: int, limited: int, exits: list[int]) -> dict[str, Any]:
@@ -66,10 +71,18 @@ def test_a_small_comparison_runs_every_way(tmp_path: Path) -> None:
     out = tmp_path / "compare.json"
     argv = ["--engines", "2", "--rate", "1", "--duration", "3", "--head-rate", "1000000", "--pool", "30"]
     assert compare.main([*argv, "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["figures"]
+    data = json.loads(out.read_text())
+    rows = data["figures"]
     assert [r["mode"] for r in rows] == list(MODES)
     for row in rows:
         assert row["settled"] == row["requests"] > 0, row
         assert (row["wrong"], row["undecided"], row["found"]) == (0, 0, 1.0), row
         assert row["exits"] == [0, 0], row
         assert row["heads"] >= row["ideal"], row  # the proxy saw at least every HEAD the verdicts needed
+    by_mode = {r["mode"]: r for r in rows}
+    first, growth = NixlObjBackend.chain_schedule
+    for mode in ("switch", "kvprobe"):
+        raw = next(r for r in data["raw"] if r["mode"] == mode)
+        stored = [o["stored"] for e in raw["engines"] for o in e["result"]["outcomes"]]
+        assert by_mode[mode]["heads"] == sum(min(CHAIN, window_end(first, s, growth)) for s in stored), mode
+        assert by_mode[mode]["heads"] < by_mode["vllm"]["heads"], by_mode

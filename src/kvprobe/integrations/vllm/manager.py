@@ -42,9 +42,17 @@ from kvprobe.statemachine.types import ChainAnswer, HasReqId, InvalidInputError,
 from kvprobe.statemachine.verdict_cache import VerdictCache
 from kvprobe.statemachine.workers import DEFAULT_HOLD_S, ThreadedWorker
 
-__all__ = ["AsyncLookupManager", "LookupPhase", "LookupState"]
+__all__ = ["VLLM_SCHEDULES", "AsyncLookupManager", "LookupPhase", "LookupState"]
 
 logger = logging.getLogger(__name__)
+
+#: The schedule of vLLM 0.33's own lookup classes, which carry none, after the one-line switch.
+#: Its object store's is kvprobe's object backend's (``NixlObjBackend.chain_schedule``; a test
+#: keeps the two equal): under vLLM's per-key scan a prompt with nothing stored then costs 4
+#: HEADs, not 16.  Its fs tier keeps the default (a stat is cheap; fewer rounds matter more).
+VLLM_SCHEDULES: dict[tuple[str, str], tuple[int, float]] = {
+    ("vllm.v1.kv_offload.tiering.obj.manager", "ObjAsyncLookupManager"): (4, 1.25),
+}
 
 #: How often ``shutdown`` looks whether the worker answered the groups it holds.
 _SHUTDOWN_POLL_S = 0.001
@@ -66,8 +74,19 @@ class _SubclassBackend:
 
     @property
     def chain_schedule(self) -> object:
-        """The tier's preferred ``(first window, growth)``: its class's ``chain_schedule``, if any."""
-        return getattr(type(self._tier), "chain_schedule", None)
+        """The tier's preferred ``(first window, growth)``: its class's ``chain_schedule``, else its vLLM class's."""
+        tier_class = type(self._tier)
+        own = getattr(tier_class, "chain_schedule", None)
+        if own is not None:
+            return own
+        return next(
+            (
+                VLLM_SCHEDULES[c.__module__, c.__qualname__]
+                for c in tier_class.__mro__
+                if (c.__module__, c.__qualname__) in VLLM_SCHEDULES
+            ),
+            None,
+        )
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> Iterable[bool]:
         result = self._tier.batch_lookup(list(keys), req_context)
@@ -148,11 +167,12 @@ class AsyncLookupManager(abc.ABC):
             name: the first window of :meth:`lookup_chain` and of positioned
             lookups (keys), or ``"all"``.  Not given: the tier class's
             ``chain_schedule`` attribute (a ``(first window, growth)`` pair),
-            if it has one, else 16.
+            if it has one; vLLM 0.33's obj lookup class, switched: 4
+            (:data:`VLLM_SCHEDULES`); else 16.
         chain_window_growth: kvprobe extra, the native manager's option of
             that name: how much each window grows on the one before.  Not
-            given: the tier class's ``chain_schedule``, else 2 (each twice
-            the one before).
+            given: the tier class's ``chain_schedule``, or vLLM's obj class's
+            (1.25), else 2 (each twice the one before).
         verdict_cache: kvprobe extra, the native manager's option of that
             name: None (default, as vLLM: every request probes afresh) or a
             :class:`~kvprobe.statemachine.verdict_cache.VerdictCache`

@@ -26,7 +26,6 @@ from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.nixl_obj import NixlObjBackend
 from kvprobe.integrations.vllm.manager import AsyncLookupManager
 from kvprobe.integrations.vllm.tiers.options import TierLookupOptions
-from kvprobe.statemachine.windows import DEFAULT_CHAIN_WINDOW_GROWTH
 
 __all__ = ["LookupBackend", "TierLookupManager", "VllmNamedFsBackend", "VllmNamedObjBackend", "wire_name"]
 
@@ -100,8 +99,11 @@ class LookupBackend(Protocol):
 class TierLookupManager(AsyncLookupManager):
     """The drop-in manager of one kvprobe tier, whose ``batch_lookup`` is a kvprobe backend's.
 
-    The windows of :meth:`lookup_chain` grow as the backend's
-    ``chain_schedule`` says (the object backend's: 1.25).
+    The windows of :meth:`lookup_chain` and of positioned lookups follow
+    the backend's ``chain_schedule`` (first window and growth; the object
+    backend's: 4 keys, then each 1.25 times the one before), so a prompt
+    with nothing stored costs its first window; a backend without one gets
+    the drop-in's defaults.
 
     Args:
         backend: the tier's kvprobe backend.
@@ -119,7 +121,8 @@ class TierLookupManager(AsyncLookupManager):
             tier_type,
             lookup_timeout_s=options.lookup_timeout_s,
             chain_mode=options.chain_mode,
-            chain_window_growth=DEFAULT_CHAIN_WINDOW_GROWTH if schedule is None else schedule[1],
+            chain_window=None if schedule is None else schedule[0],
+            chain_window_growth=None if schedule is None else schedule[1],
             verdict_cache=options.verdict_cache,
         )
 
