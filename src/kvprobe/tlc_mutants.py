@@ -222,6 +222,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "a group's answer is published only once no other group is running",
         CompleteGroupOf="PublishesWhenIdle",
     ),
+    # --- positioned lookups (tla/positions.cfg; issue 38) ---
+    _spec_on(
+        "positions",
+        "position-probes-past-miss",
+        "a positioned lookup probes a key after a key its request knows NOT stored",
+        PosMissBefore="MissNeverSeen",
+    ),
+    _spec_on(
+        "positions",
+        "position-window-never-opens",
+        "a positioned lookup defers every key past the first window, so a deferred key is never probed",
+        PosPastWindow="WindowNeverOpens",
+    ),
     # --- the chain walk (tla/chain.cfg, tla/chain-window.cfg) ---
     _chain(
         "chain",
@@ -272,19 +285,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "cleanup-drops-refuted",
         "a request's cleanup takes its keys off the refuted set: the next walk infers across a failed load",
         CleanupStore="DropsRefuted",
-    ),
-    # --- positioned lookups (tla/positions.cfg; issue 38) ---
-    _spec_on(
-        "positions",
-        "position-probes-past-miss",
-        "a positioned lookup probes a key after a key its request knows NOT stored",
-        PosMissBefore="MissNeverSeen",
-    ),
-    _spec_on(
-        "positions",
-        "position-window-never-opens",
-        "a positioned lookup defers every key past the first window, so a deferred key is never probed",
-        PosPastWindow="WindowNeverOpens",
     ),
     # --- the verdict cache (tla/cache.cfg) ---
     _cache(
