@@ -446,8 +446,10 @@ class NixlObjBackend:
         ``w_max`` (the rate of the last decrease), ``measured`` (HEADs per
         second whose outcome came back, smoothed), ``decreases`` of the
         rate, of which ``undone`` (they did not help),
-        ``holds`` (Retry-After honoured) and ``refused`` reservations (keys
-        shed).  Shared by every backend of the process on the same store.
+        ``holds`` (Retry-After honoured), ``refused`` reservations (keys
+        shed), ``served`` (HEADs the store answered per second, smoothed),
+        ``answered_heads`` and ``failed_heads`` (throttled or erroring).
+        Shared by every backend of the process on the same store.
         A host pace adds ``host_fallbacks`` (calls this process paced alone:
         its file could not be used, written or locked in time) and
         ``host_bad_files`` (files that were not a pace, replaced).

@@ -17,7 +17,7 @@ import math
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 from kvprobe.spec.pace_model import Grant, PaceModel
 
 __all__ = ["pace_machine"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 
 __all__ = ["MUTANTS"]
 

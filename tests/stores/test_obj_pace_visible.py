@@ -114,3 +114,28 @@ def test_the_pace_rates_are_exported_as_gauges() -> None:
             value = registry.get_sample_value(f"kvprobe_backend_pace_{name}", {"tier": "obj"})
             assert value == pytest.approx(snap[name], rel=0.01), name
         assert registry.get_sample_value("kvprobe_backend_pace_decreases_total", {"tier": "obj"}) == 1
+
+
+def test_the_heads_the_store_failed_and_answered_are_counted_and_exported() -> None:
+    # A failed query of several HEADs is one failed query but several HEADs
+    # the store turned away: the operator sees the HEADs, and the rate the
+    # store answered at (not only the rate of outcomes, failed ones included).
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+
+    from kvprobe.metrics import LookupMetrics
+    from kvprobe.statemachine import AsyncLookupManager
+
+    pacer = _aged_pacer()
+    _overloaded_window(pacer, queries=200, heads=3)  # 50 queries of 3 HEADs failed, 150 answered
+    snap = pacer.snapshot()
+    assert (snap["failed_heads"], snap["answered_heads"]) == (150, 450)
+    served, measured = snap["served"], snap["measured"]
+    assert isinstance(served, float) and isinstance(measured, float)
+    assert 0.0 < served < measured  # a quarter of the queries failed: fewer HEADs answered than came back
+    registry = CollectorRegistry()
+    with AsyncLookupManager(_Tier(pacer), name="obj") as m:
+        LookupMetrics(m).register(registry)
+        assert registry.get_sample_value("kvprobe_backend_pace_failed_heads_total", {"tier": "obj"}) == 150
+        assert registry.get_sample_value("kvprobe_backend_pace_answered_heads_total", {"tier": "obj"}) == 450
+        assert registry.get_sample_value("kvprobe_backend_pace_served", {"tier": "obj"}) == pytest.approx(served)
