@@ -289,6 +289,8 @@ def checked_pace(state: object, now: float) -> PaceCore:
         ("t_decrease", state["t_decrease"], False),
         ("tat", state["tat"], False),
         ("hold_until", state["hold_until"], True),
+        ("held_at", state["held_at"], True),
+        ("probe_at", state["probe_at"], True),
         ("_window.start", window["start"], False),
         ("_window.first_sent", window["first_sent"], True),
         ("_window.last_sent", window["last_sent"], True),

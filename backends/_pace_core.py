@@ -32,7 +32,9 @@ full; docs/pace.md says how it is verified):
   windows the decreases are undone, that share is kept as the store's
   **noise** (windows failing no more than ``2 * noise + NOISE_MARGIN`` are
   not signals), and later decreases wait a growing holdoff.
-* **Retry-After** holds every reservation until then (at most ``max_hold_s``).
+* **Retry-After** holds new reservations until then (at most ``max_hold_s``),
+  but one per ``HOLD_PROBE_S`` goes out as a probe, and an answer to a
+  query sent during the hold ends it.
 * **Reservations** follow GCRA: ``n`` HEADs start at
   ``max(now, tat - burst_s)`` and push ``tat`` on by ``n / rate``; one that
   could not start by its ``not_after`` is refused and costs nothing.
@@ -47,7 +49,7 @@ from typing import Any
 
 from kvprobe.backends._timeouts import as_float
 
-__all__ = ["NOISE_MARGIN", "UNTESTED_WINDOWS", "PaceCore", "PaceStats", "check_positive", "fell"]
+__all__ = ["HOLD_PROBE_S", "NOISE_MARGIN", "UNTESTED_WINDOWS", "PaceCore", "PaceStats", "check_positive", "fell"]
 
 
 @dataclass
@@ -182,6 +184,8 @@ class PaceCore:
         self.demand_above = False
         self.tat = now  # GCRA's theoretical arrival time
         self.hold_until = -math.inf  # Retry-After
+        self.held_at = -math.inf  # when the hold was set: an answer to a query sent since ends it
+        self.probe_at = -math.inf  # the earliest start of the hold's next probe
         self._window = _Window(now)
         self._last_reserved = (now, 0)  # when, and how many HEADs
         # (served/s, failed per HEAD, sent/s) in the window that decided the last decrease
@@ -263,7 +267,9 @@ class PaceCore:
 
         None (nothing reserved, counted ``refused``) when that is after ``not_after``.
         """
-        start = max(now, self.hold_until)
+        # Inside a hold, one reservation per HOLD_PROBE_S goes out as a probe.
+        probe = now < self.hold_until and now >= self.probe_at
+        start = now if probe else max(now, self.hold_until)
         rate = self.rate(now)
         last_at, last_heads = self._last_reserved
         if now - last_at > max(self.idle_s, 2 * last_heads / rate if rate else 0.0):
@@ -276,6 +282,8 @@ class PaceCore:
             return None
         if rate is not None:
             self.tat = max(self.tat, start) + heads / rate
+        if probe:
+            self.probe_at = start + HOLD_PROBE_S
         if start > now:
             self._window.binding = True
         return start
@@ -291,6 +299,8 @@ class PaceCore:
     def answered(self, now: float, sent_at: float, heads: int) -> None:
         """A query of ``heads`` HEADs sent at ``sent_at`` answered (stored or not, every key)."""
         self.stats.answered_heads += heads
+        if sent_at >= self.held_at and now < self.hold_until:
+            self.hold_until = now  # the store answered a query sent during the hold: it serves again
         self._window.add(sent_at, heads, failed=False)
         self._maybe_judge(now)
 
@@ -302,7 +312,8 @@ class PaceCore:
         if retry_after_s is not None and retry_after_s > 0:
             until = now + min(retry_after_s, self.max_hold_s)
             if until > self.hold_until:
-                self.hold_until = until
+                self.hold_until, self.held_at = until, now
+                self.probe_at = max(self.probe_at, now + HOLD_PROBE_S)
                 self.stats.holds += 1
         self.stats.failed_heads += heads
         self._window.add(sent_at, heads, failed=True)
@@ -466,6 +477,12 @@ class PaceCore:
         self.k = (w_max * (1 - self.beta) / self.c) ** (1 / 3)
         self.t_decrease = now
 
+
+# During a Retry-After hold, one reservation per this many seconds may go
+# out at once to test the store: a hold of 30 s, honoured whole, shed every
+# key of every call on the host although the store may answer again in a
+# second.  An answer to a query sent during the hold ends it.
+HOLD_PROBE_S = 1.0
 
 # Windows a decrease waits for sends that test it (held at the lower rate)
 # before it is judged as if they had.
