@@ -9,6 +9,8 @@ during the hold ends it.  On the virtual clock, no sleeping.
 
 from __future__ import annotations
 
+from pace_sim import ServedStore, VirtualLookup
+
 from kvprobe.backends._pace_core import HOLD_PROBE_S, PaceCore
 
 
@@ -49,3 +51,28 @@ def test_an_answer_to_a_query_sent_before_the_hold_does_not_end_it() -> None:
     core.failed(1.0, 0.9, 1, retry_after_s=30.0)
     core.answered(1.1, 0.95, 1)  # sent before the hold was set: says nothing of the store since
     assert core.reserve(1.2, 1, not_after=6.0) is None
+
+
+def calls_that_lost_stored_keys(retry_after_s: float, seconds: int = 40) -> int:
+    """A call of 250 keys (half stored) every second, ``deadline_s=5``; one ``Retry-After`` at t = 5 s.
+
+    Returns how many calls answered any stored key False.  The store (2,000
+    HEAD/s) answers everything: the hold alone costs the verdicts.
+    """
+    core = PaceCore(0.0)
+    lookup = VirtualLookup(ServedStore(2000.0), core, seed=7)
+    truths = [[i % 2 == 0 for i in range(250)] for _ in range(seconds)]
+    calls = [lookup.call(float(t), truth) for t, truth in enumerate(truths)]
+    lookup.at(5.0, lambda: core.failed(lookup.now, lookup.now, 1, retry_after_s=retry_after_s))
+    lookup.run_until(seconds + lookup.deadline_s + 1.0)
+    lost = 0
+    for call, truth in zip(calls, truths, strict=True):
+        assert call.verdicts is not None
+        lost += any(is_stored and not verdict for verdict, is_stored in zip(call.verdicts, truth, strict=True))
+    return lost
+
+
+def test_one_retry_after_costs_no_call_on_a_store_that_answers() -> None:
+    # Before the probe, Retry-After: 30 made 26 of these 40 calls lose their stored keys.
+    assert calls_that_lost_stored_keys(30.0) == 0
+    assert calls_that_lost_stored_keys(5.0) == 0
