@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{where['cpu']}, {where['cores']} cores, Python {where['python']}, load before {load_average()}")
     print(
         "| 503s | host pace | runs | min % stored True | median % | absent True | unanswered | shed "
-        "| keys timed out by the manager | start-ups refused |"
+        "| groups timed out by the manager | start-ups refused |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     with store_under_loss() as (proxy, creds):
