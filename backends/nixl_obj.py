@@ -20,9 +20,10 @@ each key still without an answer reads as MISS, counted by cause in
 :attr:`NixlObjBackend.stats`.  If not a single key was answered (and not
 every key was shed, below) the call raises :class:`ObjStoreUnavailableError`
 instead (the manager then counts a backend error and answers MISS for the
-group).  Set the manager's ``lookup_timeout_s`` a little above
-``deadline_s``: the call then always returns before the manager gives up on
-it, and no caller thread is stranded.
+group).  A manager with a ``lookup_timeout_s`` shortens ``deadline_s`` to
+end a margin before it (:meth:`NixlObjBackend.fit_deadline`): the call
+returns its answered keys before the manager gives up on it, and no caller
+thread is stranded.
 
 Pacing (see :mod:`kvprobe.backends._pacing`).  Every query first reserves
 its HEADs from the store's pace, :attr:`NixlObjBackend.pacer`, which every
@@ -120,7 +121,7 @@ from kvprobe.backends._obj_check import (
     head_throttled,
     random_absent_name,
 )
-from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
+from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy, deadline_under
 from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
 from kvprobe.backends._pacing import Pacer, shared_pacer
 from kvprobe.backends.base import Key, Verdicts
@@ -178,8 +179,8 @@ class NixlObjBackend:
             (NIXL's OBJ ``num_threads``; one agent keeps at most ~25 in
             flight); queries shrink below it while queries fail.
         deadline_s: a ``batch_lookup`` returns within this many seconds;
-            keys unanswered by then read as MISS (set the manager's
-            ``lookup_timeout_s`` a little above it).
+            keys unanswered by then read as MISS (a manager's
+            ``lookup_timeout_s`` shortens it to end before the timeout).
         retry_base_s, retry_cap_s: backoff of a failed query's retries,
             ``min(cap, base * 2**attempt)`` times a jitter in [0.5, 1.5].
         max_attempts: ``AWS_MAX_ATTEMPTS`` for the SDK (1 = the SDK does
@@ -358,6 +359,24 @@ class NixlObjBackend:
             TypeError: ``key`` is not ``bytes``.
         """
         return self.prefix + relative_name(key)
+
+    def fit_deadline(self, lookup_timeout_s: float) -> float:
+        """Shorten :attr:`deadline_s` to end a margin before a caller's ``lookup_timeout_s``; return it.
+
+        The manager calls this with its ``lookup_timeout_s``: a call then
+        returns its answered keys before the manager's timeout would take
+        the whole group.  A shorter deadline is kept, so a backend shared by
+        several managers fits the shortest timeout.
+
+        Raises:
+            ValueError: ``lookup_timeout_s`` is not a number of seconds in
+                (0, 3600] (the message names it); the deadline is unchanged.
+        """
+        seconds = lookup_timeout_s
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+            raise ValueError(f"lookup_timeout_s must be a number of seconds in (0, 3600], got {seconds!r}")
+        self.deadline_s = min(self.deadline_s, deadline_under(float(seconds)))
+        return self.deadline_s
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
         """One verdict per key, within ``deadline_s`` (chunked parallel HEADs, failed chunks retried).
