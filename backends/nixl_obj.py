@@ -534,9 +534,11 @@ class NixlObjBackend:
         A store that is throttling (a fleet sharing it at start-up) is not an
         unusable one: a throttled ``HeadBucket`` is followed by a one-key
         listing (a GET, whose ``SlowDown`` names S3's throttling in its body),
-        and a NIXL probe that fails while boto3's HEAD of the same name is
-        throttled too is retried a few times, then accepted with a warning
-        logged (the lookups then pace to the store).  If no random name was
+        and a NIXL probe that fails is sent again, up to four times 0.1, 0.2
+        and 0.4 s apart (a random 503 is no refusal); failing each time, it is
+        accepted with a warning logged (the lookups then pace to the store)
+        if boto3's HEAD of the same name was throttled each time too, and
+        refused otherwise.  If no random name was
         seen to read absent, the lookups see one before trusting a verdict
         (see the module docstring).
 
@@ -561,6 +563,7 @@ class NixlObjBackend:
             BucketCheck(False, False) if client is None else check_bucket(client, self.bucket, self.prefix, where)
         )
         failure: Exception | None = None
+        answered_elsewhere = client is None  # without boto3, no failure can be told apart as throttling
         probe = random_absent_name(self.prefix)
         for attempt in range(_PROBE_ATTEMPTS):
             try:
@@ -576,13 +579,16 @@ class NixlObjBackend:
                 self._verified = True
                 return
             # NIXL does not say why its query failed; boto3's HEAD of the same
-            # name does.  Answered there: NIXL itself cannot use the store.
-            if client is None or not head_throttled(client, self.bucket, probe):
-                break
-            throttled = True
+            # name does.  Even when boto3 is answered, the probe is sent again:
+            # a gateway answering a random share of requests 503 fails one
+            # probe in five at 20 %, and that is no reason to refuse the store.
+            if client is not None and head_throttled(client, self.bucket, probe):
+                throttled = True
+            else:
+                answered_elsewhere = True
             if attempt + 1 < _PROBE_ATTEMPTS:
                 time.sleep(_PROBE_BACKOFF_S * 2**attempt)
-        else:
+        if not answered_elsewhere:
             self._verified = absence_seen
             _log.warning(
                 "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it%s",
