@@ -75,12 +75,15 @@ class Pacer:
     the last ``TRACE_LEN`` decisions its calls made (:meth:`trace`).
 
     Args:
-        core: the policy, created at ``time.monotonic()`` (default: :class:`PaceCore`'s defaults).
+        core: the policy, created at ``clock()`` (default: :class:`PaceCore`'s defaults).
+        clock: the pacer's time in seconds (tests pass a virtual clock, so
+            that which window judges which outcome does not depend on load).
     """
 
-    def __init__(self, core: PaceCore | None = None) -> None:
+    def __init__(self, core: PaceCore | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
-        self._core = core if core is not None else PaceCore(time.monotonic())
+        self._clock = clock
+        self._core = core if core is not None else PaceCore(clock())
         self.fork_resets = 0  # forks that left a call of another thread half done: the pace started afresh
         self._trace: deque[dict[str, float | str | None]] = deque(maxlen=TRACE_LEN)
         _LIVE.add(self)
@@ -94,7 +97,7 @@ class Pacer:
         """
         self._lock = threading.Lock()
         if was_held:
-            self._core = PaceCore(time.monotonic())
+            self._core = PaceCore(self._clock())
             self.fork_resets += 1
 
     @contextlib.contextmanager
@@ -106,17 +109,17 @@ class Pacer:
     def reserve(self, heads: int, not_after: float = math.inf) -> float | None:
         """When ``heads`` HEADs may start; None (nothing reserved) when not by ``not_after``."""
         with self._held() as core:
-            return core.reserve(time.monotonic(), heads, not_after)
+            return core.reserve(self._clock(), heads, not_after)
 
     def release(self, heads: int) -> None:
         """Return an unused reservation."""
         with self._held() as core:
-            core.release(time.monotonic(), heads)
+            core.release(self._clock(), heads)
 
     def answered(self, sent_at: float, heads: int) -> None:
         """A query sent at ``sent_at`` answered."""
         with self._held() as core:
-            now = time.monotonic()
+            now = self._clock()
             before = _decisions(core, now)
             core.answered(now, sent_at, heads)
             self._note(core, before, now)
@@ -124,7 +127,7 @@ class Pacer:
     def failed(self, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
         """A query sent at ``sent_at`` failed (not by a timeout)."""
         with self._held() as core:
-            now = time.monotonic()
+            now = self._clock()
             before = _decisions(core, now)
             core.failed(now, sent_at, heads, retry_after_s)
             self._note(core, before, now)
@@ -169,7 +172,7 @@ class Pacer:
         with self._held(changes=False) as core:
             stats = core.stats
             return {
-                "rate": core.rate(time.monotonic()),
+                "rate": core.rate(self._clock()),
                 "w_max": core.w_max if core.paced else None,
                 "measured": core.measured,
                 "served": core.served,
