@@ -3,7 +3,10 @@
 ``bench/objstore/random_loss.py`` runs the whole campaign (20 runs per
 setting); this is three runs at 5 % random ``503 SlowDown``, each with a
 fresh host pace.  Every key must be answered, no absent key True, and at
-least 99 % of the stored keys True in each run.
+least 99 % of the stored keys True in each run (40 of 40 campaign runs at
+5 % kept 100 %).  Not asserted here because NOT met: at 20 % with one host
+pace shared across runs, 2 of 20 campaign runs kept 97.8 % and 91.3 % (keys
+whose retries still failed at the deadline; docs/performance.md).
 """
 
 from __future__ import annotations
