@@ -54,7 +54,8 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvprobe.backends._pacing import PaceCore, Pacer, check_positive, get_or_create
+from kvprobe.backends._pace_core import PaceCore, check_positive
+from kvprobe.backends._pacing import Pacer, get_or_create
 
 __all__ = ["PACE_SCOPES", "HostPacer", "checked_pace", "host_pacer", "pace_dir"]
 
@@ -251,7 +252,7 @@ class HostPacer(Pacer):
 _AHEAD_S = 7200.0
 #: The highest rate a pace file may hold (HEAD/s): far above any store's.
 _TOP_RATE = 1e9
-_RATES = ("w_max", "k", "measured")
+_RATES = ("w_max", "k", "measured", "served")
 _PARAMETERS = ("c", "beta", "floor", "burst_s", "window_heads", "window_min_s", "idle_s", "holdoff_max", "max_hold_s")
 
 
@@ -288,6 +289,8 @@ def checked_pace(state: object, now: float) -> PaceCore:
         ("t_decrease", state["t_decrease"], False),
         ("tat", state["tat"], False),
         ("hold_until", state["hold_until"], True),
+        ("held_at", state["held_at"], True),
+        ("probe_at", state["probe_at"], True),
         ("_window.start", window["start"], False),
         ("_window.first_sent", window["first_sent"], True),
         ("_window.last_sent", window["last_sent"], True),

@@ -82,6 +82,7 @@ from kvprobe.backends._obj_plan import (
 from kvprobe.backends._pacing import Pacer
 
 __all__ = [
+    "DEADLINE_MARGIN_S",
     "FAILED_OTHER",
     "FAILURE_CAUSES",
     "Chunk",
@@ -91,6 +92,7 @@ __all__ = [
     "RetryPlan",
     "RetryPolicy",
     "RunResult",
+    "deadline_under",
     "shed_margin",
     "usual_query_s",
 ]
@@ -101,6 +103,21 @@ _log = logging.getLogger(__name__)
 def usual_query_s(previous_s: float, elapsed_s: float) -> float:
     """A successful query's usual duration, smoothed, after one more that took ``elapsed_s``."""
     return 0.8 * previous_s + 0.2 * elapsed_s
+
+
+#: How long before the manager's lookup timeout a fitted call gives up (at
+#: most a quarter of the timeout): time for the call to return its verdicts
+#: and for the worker to deliver them before the timeout takes the group.
+DEADLINE_MARGIN_S = 0.5
+
+
+def deadline_under(timeout_s: float) -> float:
+    """The longest deadline a call may have under a caller's timeout of ``timeout_s``: a margin less.
+
+    Why: a deadline equal to the timeout makes the two race, and when the
+    timeout wins, the keys the call did answer are lost with the rest.
+    """
+    return timeout_s - min(DEADLINE_MARGIN_S, timeout_s / 4)
 
 
 def shed_margin(usual_s: float, deadline_s: float) -> float:

@@ -20,9 +20,10 @@ each key still without an answer reads as MISS, counted by cause in
 :attr:`NixlObjBackend.stats`.  If not a single key was answered (and not
 every key was shed, below) the call raises :class:`ObjStoreUnavailableError`
 instead (the manager then counts a backend error and answers MISS for the
-group).  Set the manager's ``lookup_timeout_s`` a little above
-``deadline_s``: the call then always returns before the manager gives up on
-it, and no caller thread is stranded.
+group).  A manager with a ``lookup_timeout_s`` shortens ``deadline_s`` to
+end a margin before it (:meth:`NixlObjBackend.fit_deadline`): the call
+returns its answered keys before the manager gives up on it, and no caller
+thread is stranded.
 
 Pacing (see :mod:`kvprobe.backends._pacing`).  Every query first reserves
 its HEADs from the store's pace, :attr:`NixlObjBackend.pacer`, which every
@@ -120,7 +121,7 @@ from kvprobe.backends._obj_check import (
     head_throttled,
     random_absent_name,
 )
-from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy
+from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy, deadline_under
 from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
 from kvprobe.backends._pacing import Pacer, shared_pacer
 from kvprobe.backends.base import Key, Verdicts
@@ -178,8 +179,8 @@ class NixlObjBackend:
             (NIXL's OBJ ``num_threads``; one agent keeps at most ~25 in
             flight); queries shrink below it while queries fail.
         deadline_s: a ``batch_lookup`` returns within this many seconds;
-            keys unanswered by then read as MISS (set the manager's
-            ``lookup_timeout_s`` a little above it).
+            keys unanswered by then read as MISS (a manager's
+            ``lookup_timeout_s`` shortens it to end before the timeout).
         retry_base_s, retry_cap_s: backoff of a failed query's retries,
             ``min(cap, base * 2**attempt)`` times a jitter in [0.5, 1.5].
         max_attempts: ``AWS_MAX_ATTEMPTS`` for the SDK (1 = the SDK does
@@ -359,6 +360,24 @@ class NixlObjBackend:
         """
         return self.prefix + relative_name(key)
 
+    def fit_deadline(self, lookup_timeout_s: float) -> float:
+        """Shorten :attr:`deadline_s` to end a margin before a caller's ``lookup_timeout_s``; return it.
+
+        The manager calls this with its ``lookup_timeout_s``: a call then
+        returns its answered keys before the manager's timeout would take
+        the whole group.  A shorter deadline is kept, so a backend shared by
+        several managers fits the shortest timeout.
+
+        Raises:
+            ValueError: ``lookup_timeout_s`` is not a number of seconds in
+                (0, 3600] (the message names it); the deadline is unchanged.
+        """
+        seconds = lookup_timeout_s
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+            raise ValueError(f"lookup_timeout_s must be a number of seconds in (0, 3600], got {seconds!r}")
+        self.deadline_s = min(self.deadline_s, deadline_under(float(seconds)))
+        return self.deadline_s
+
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
         """One verdict per key, within ``deadline_s`` (chunked parallel HEADs, failed chunks retried).
 
@@ -446,8 +465,10 @@ class NixlObjBackend:
         ``w_max`` (the rate of the last decrease), ``measured`` (HEADs per
         second whose outcome came back, smoothed), ``decreases`` of the
         rate, of which ``undone`` (they did not help),
-        ``holds`` (Retry-After honoured) and ``refused`` reservations (keys
-        shed).  Shared by every backend of the process on the same store.
+        ``holds`` (Retry-After honoured), ``refused`` reservations (keys
+        shed), ``served`` (HEADs the store answered per second, smoothed),
+        ``answered_heads`` and ``failed_heads`` (throttled or erroring).
+        Shared by every backend of the process on the same store.
         A host pace adds ``host_fallbacks`` (calls this process paced alone:
         its file could not be used, written or locked in time) and
         ``host_bad_files`` (files that were not a pace, replaced).
@@ -513,9 +534,11 @@ class NixlObjBackend:
         A store that is throttling (a fleet sharing it at start-up) is not an
         unusable one: a throttled ``HeadBucket`` is followed by a one-key
         listing (a GET, whose ``SlowDown`` names S3's throttling in its body),
-        and a NIXL probe that fails while boto3's HEAD of the same name is
-        throttled too is retried a few times, then accepted with a warning
-        logged (the lookups then pace to the store).  If no random name was
+        and a NIXL probe that fails is sent again, up to four times 0.1, 0.2
+        and 0.4 s apart (a random 503 is no refusal); failing each time, it is
+        accepted with a warning logged (the lookups then pace to the store)
+        if boto3's HEAD of the same name was throttled each time too, and
+        refused otherwise.  If no random name was
         seen to read absent, the lookups see one before trusting a verdict
         (see the module docstring).
 
@@ -540,6 +563,7 @@ class NixlObjBackend:
             BucketCheck(False, False) if client is None else check_bucket(client, self.bucket, self.prefix, where)
         )
         failure: Exception | None = None
+        answered_elsewhere = client is None  # without boto3, no failure can be told apart as throttling
         probe = random_absent_name(self.prefix)
         for attempt in range(_PROBE_ATTEMPTS):
             try:
@@ -555,13 +579,16 @@ class NixlObjBackend:
                 self._verified = True
                 return
             # NIXL does not say why its query failed; boto3's HEAD of the same
-            # name does.  Answered there: NIXL itself cannot use the store.
-            if client is None or not head_throttled(client, self.bucket, probe):
-                break
-            throttled = True
+            # name does.  Even when boto3 is answered, the probe is sent again:
+            # a gateway answering a random share of requests 503 fails one
+            # probe in five at 20 %, and that is no reason to refuse the store.
+            if client is not None and head_throttled(client, self.bucket, probe):
+                throttled = True
+            else:
+                answered_elsewhere = True
             if attempt + 1 < _PROBE_ATTEMPTS:
                 time.sleep(_PROBE_BACKOFF_S * 2**attempt)
-        else:
+        if not answered_elsewhere:
             self._verified = absence_seen
             _log.warning(
                 "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it%s",

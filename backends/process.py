@@ -47,11 +47,11 @@ import struct
 import threading
 import weakref
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kvprobe.backends.base import Backend, Key
+from kvprobe.backends.base import Backend, Key, Verdicts
 from kvprobe.backends.cpu_clock import process_threads_busy_seconds
 from kvprobe.backends.timeouts import PIPE_POLL_MAX_S, check_seconds
 
@@ -63,9 +63,11 @@ _RAISED = 1  # payload: the pickled exception
 _RAISED_UNPICKLABLE = 2  # payload: "Type: message" in UTF-8
 _READY = 3  # payload: repr of the backend, UTF-8
 
-# Verdict bytes: 0 False, 1 True, 2 not a bool.
+# Verdict bytes: 0 False, 1 True, 2 not a bool, 3 False that a ``Verdicts``
+# result marked as no answer (carried so a verdict cache never remembers it).
 _VERDICTS = (False, True)
 _NOT_A_BOOL = 2
+_UNANSWERED = 3
 _COUNT = struct.Struct("<I")
 
 
@@ -123,6 +125,16 @@ def _verdict_byte(verdict: object) -> int:
     return 1 if verdict is True else 0 if verdict is False else _NOT_A_BOOL
 
 
+def _verdict_bytes(result: Iterable[object]) -> bytes:
+    """One byte per verdict; a ``False`` that a :class:`Verdicts` result marked unanswered is ``_UNANSWERED``."""
+    answer = bytearray(map(_verdict_byte, result))
+    marked = result.unanswered if isinstance(result, Verdicts) else frozenset()
+    for index in marked if isinstance(marked, frozenset) else ():
+        if type(index) is int and 0 <= index < len(answer) and answer[index] == 0:
+            answer[index] = _UNANSWERED
+    return bytes(answer)
+
+
 def _error_reply(exc: BaseException) -> bytes:
     try:
         return bytes([_RAISED]) + pickle.dumps(exc)
@@ -161,7 +173,7 @@ def _serve(conn: Connection, factory: Callable[[], Backend], disabled_log_level:
             if not request:
                 return  # asked to stop
             try:
-                answer = bytes([_OK]) + bytes(map(_verdict_byte, backend.batch_lookup(_decode(request), None)))
+                answer = bytes([_OK]) + _verdict_bytes(backend.batch_lookup(_decode(request), None))
             except Exception as exc:
                 answer = _error_reply(exc)
             try:
@@ -364,6 +376,9 @@ class ProcessBackend:
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]:
         """The wrapped backend's verdicts for ``keys``, computed in a helper process.
 
+        A :class:`~kvprobe.backends.base.Verdicts` result's marks (keys the
+        wrapped backend did not answer) come back as a ``Verdicts`` too.
+
         Raises:
             TypeError: a key is not ``bytes`` (before anything is sent).
             RuntimeError: the backend is closed, or ``max_procs`` calls are
@@ -409,7 +424,10 @@ class ProcessBackend:
         verdicts = reply[1:]
         if _NOT_A_BOOL in verdicts:
             raise TypeError(f"{self.description} answered a non-bool for key {verdicts.index(_NOT_A_BOOL)}")
-        return list(map(_VERDICTS.__getitem__, verdicts))
+        if _UNANSWERED not in verdicts:
+            return list(map(_VERDICTS.__getitem__, verdicts))
+        unanswered = frozenset(i for i, byte in enumerate(verdicts) if byte == _UNANSWERED)
+        return Verdicts((byte == 1 for byte in verdicts), unanswered=unanswered)
 
     def close(self) -> None:
         """Stop the idle helpers and kill busy ones; later lookups raise RuntimeError.  Idempotent.

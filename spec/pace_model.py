@@ -17,8 +17,10 @@ Rules (their names appear in every violation):
   back (its HEADs never went out).
 * ``NoEarlyShed``: a reservation is refused only when the earliest start the
   pace would have given it (asked without a deadline) is after its deadline.
-* ``HoldHonoured``: no grant starts before the end of a ``Retry-After``
-  hold (capped at ``max_hold_s``).
+* ``HoldHonoured``: inside a ``Retry-After`` hold (capped at
+  ``max_hold_s``) a grant starts only as a probe: ``probe_s`` after the
+  hold was set or the last probe started.  An answer to a query that
+  started since the hold was set ends it.
 * ``RateFloor``: a paced rate is never below ``floor``.
 * ``DecreaseLowers``: a step in which the pace counted a decrease never
   raises its rate.
@@ -63,13 +65,17 @@ class PaceModel:
         floor: the lowest paced rate (HEAD/s).
         burst_s: seconds of the rate that may go out at once.
         max_hold_s: the longest ``Retry-After`` honoured.
+        probe_s: the least time between two grants inside a hold.
     """
 
     floor: float
     burst_s: float
     max_hold_s: float
+    probe_s: float
     run: list[Grant] = field(default_factory=list)  # paced grants since the last cut
     hold_until: float = -math.inf
+    held_at: float = -math.inf
+    last_probe: float = -math.inf  # the start of the last grant inside the hold
     grants: int = 0
     refusals: int = 0
 
@@ -81,7 +87,13 @@ class PaceModel:
         """
         self.grants += 1
         if grant.start < self.hold_until - EPS:
-            raise PaceRuleBroken(f"HoldHonoured: a grant starts at {grant.start} inside a hold until {self.hold_until}")
+            since = max(self.held_at, self.last_probe)
+            if grant.start < since + self.probe_s - EPS:
+                raise PaceRuleBroken(
+                    f"HoldHonoured: a grant starts at {grant.start} inside a hold until {self.hold_until}, "
+                    f"{grant.start - since:.6f} s after the hold or its last probe (at {since})"
+                )
+            self.last_probe = grant.start
         if grant.start < grant.at - EPS:
             raise PaceRuleBroken(f"RateBound: a grant starts at {grant.start}, before it was asked for at {grant.at}")
         if grant.rate is None:
@@ -118,8 +130,14 @@ class PaceModel:
 
     def told_to_wait(self, now: float, retry_after_s: float) -> None:
         """The store sent ``Retry-After: retry_after_s`` with a failure seen at ``now``."""
-        if retry_after_s > 0:
-            self.hold_until = max(self.hold_until, now + min(retry_after_s, self.max_hold_s))
+        until = now + min(retry_after_s, self.max_hold_s)
+        if retry_after_s > 0 and until > self.hold_until:
+            self.hold_until, self.held_at = until, now
+
+    def answer_seen(self, now: float, started: float) -> None:
+        """A query that started at ``started`` was answered at ``now``: one started during a hold ends it."""
+        if started >= self.held_at and now < self.hold_until:
+            self.hold_until = now
 
     def rate_seen(self, before: float | None, after: float | None, *, decreased: bool, undone: bool) -> None:
         """The rate before and after one outcome (None: unpaced), and whether it counted a decrease or an undo.

@@ -77,6 +77,8 @@ class AsyncLookupManager:
         name: names the worker thread and error messages.
         lookup_timeout_s: a backend call slower than this resolves its keys as
             MISS (counted in ``stats.timeouts``); None waits indefinitely.
+            A backend with ``fit_deadline(seconds)`` is handed it, so that
+            its own deadline ends before it.
         worker: ``"thread"`` (default, a background thread), ``"manual"``
             (tests pump :attr:`worker`, a :class:`ManualWorker`), or any object
             implementing :class:`~kvprobe.statemachine.workers.Worker`.
@@ -195,6 +197,11 @@ class AsyncLookupManager:
         self.name = name
         self.backend = backend
         self.lookup_timeout_s = lookup_timeout_s
+        fit_deadline = getattr(backend, "fit_deadline", None)
+        if lookup_timeout_s is not None and callable(fit_deadline):
+            # A tier with a deadline of its own must give up before this
+            # timeout, or the timeout takes the keys it did answer too.
+            fit_deadline(lookup_timeout_s)
         self._shutdown_timeout_s = shutdown_timeout_s
         self._core = self.core_class() if trace is None else tracing(self.core_class)(trace)
         self._core.chain_window = first_window

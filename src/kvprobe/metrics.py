@@ -387,7 +387,7 @@ class LookupMetrics:
         Each integer of a backend's ``stats`` dict is exported as the counter
         ``kvprobe_backend_<name>_total``; a ``pacing`` dict as the gauges
         ``kvprobe_backend_pace_rate``, ``_w_max`` (HEAD/s, absent while
-        unpaced) and ``_measured``, and ``kvprobe_backend_pace_<counter>_total``.
+        unpaced), ``_measured`` and ``_served``, and ``kvprobe_backend_pace_<counter>_total``.
         Backends without them add nothing.
         """
         families = []
@@ -415,6 +415,7 @@ _PACE_GAUGES = {
     "rate": "The store's shared pace, HEAD/s (absent: unpaced)",
     "w_max": "The rate of the pace's last decrease, HEAD/s (absent: unpaced)",
     "measured": "HEADs per second whose outcome came back, smoothed over the pace's windows",
+    "served": "HEADs per second the store answered, smoothed over the pace's windows",
 }
 
 

@@ -197,20 +197,23 @@ def test_server_frozen_beyond_lookup_timeout(s3: Any, bucket: str, reliability: 
             frozen = drive(m, wants, between_steps=watch)
             assert frozen.values == [False] * 12
             stats = m.stats
-            assert stats.timeouts >= 1, stats.failures
+            # The manager fitted the backend's deadline under its timeout:
+            # each call gives up (raising: no key answered) before the
+            # timeout, so no call is left stuck on the frozen server.
+            assert backend.deadline_s < m.lookup_timeout_s
+            assert stats.failures.get("raised", 0) >= 1 and stats.timeouts == 0, stats.failures
             assert stats.hits == 2  # only the warm-up's
             assert peak_callers <= max_stuck + worker.max_concurrent_groups
             assert finish(m, list(wants)) == 0
 
             s3.thaw()
-            # The stuck calls finish (late, dropped); then true verdicts again.
+            # Nothing stuck to wait for, nothing late; then true verdicts again.
             deadline = time.monotonic() + 30
             while worker.stuck_calls and time.monotonic() < deadline:
                 m.drain_results()
                 time.sleep(0.01)
             assert worker.stuck_calls == 0
             m.drain_results()
-            assert m.stats.late_results >= 1
             after = drive(m, {"after": stored})
             assert after.values == [True, True]
             leaked = finish(m, ["after"])

@@ -17,7 +17,7 @@ import math
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import HOLD_PROBE_S, PaceCore
 from kvprobe.spec.pace_model import Grant, PaceModel
 
 __all__ = ["pace_machine"]
@@ -40,7 +40,7 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
         @rule(start_rate=st.one_of(st.none(), st.floats(0.5, 3000.0)), window_heads=st.sampled_from([8, 64]))
         def create(self, start_rate: float | None, window_heads: int) -> None:
             self.core = core_class(0.0, start_rate=start_rate, window_heads=window_heads)
-            self.model = PaceModel(self.core.floor, self.core.burst_s, self.core.max_hold_s)
+            self.model = PaceModel(self.core.floor, self.core.burst_s, self.core.max_hold_s, HOLD_PROBE_S)
 
         def _pace(self) -> tuple[PaceCore, PaceModel]:
             assert self.core is not None and self.model is not None
@@ -111,6 +111,7 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
                     model.told_to_wait(self.now, retry_after)
             else:
                 core.answered(self.now, start, heads)
+                model.answer_seen(self.now, start)
             decreased = core.stats.decreases > stats.decreases
             undone = core.stats.undone > stats.undone
             model.rate_seen(before, core.rate(self.now), decreased=decreased, undone=undone)

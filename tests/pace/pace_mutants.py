@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 
 __all__ = ["MUTANTS"]
 
@@ -41,6 +41,14 @@ class IgnoresRetryAfter(PaceCore):
 
     def failed(self, now: float, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
         super().failed(now, sent_at, heads, None)
+
+
+class AnyAnswerEndsHold(PaceCore):
+    """An answer to a query sent before the Retry-After ends the hold (it says nothing of the store since)."""
+
+    def answered(self, now: float, sent_at: float, heads: int) -> None:
+        self.hold_until = min(self.hold_until, now)
+        super().answered(now, sent_at, heads)
 
 
 class NoFloor(PaceCore):
@@ -97,6 +105,7 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "decrease-forgets-grants": (DecreaseForgetsGrants, "RateBound"),
     "sheds-early": (ShedsEarly, "NoEarlyShed"),
     "ignores-retry-after": (IgnoresRetryAfter, "HoldHonoured"),
+    "any-answer-ends-hold": (AnyAnswerEndsHold, "HoldHonoured"),
     "no-floor": (NoFloor, "RateFloor"),
     "decrease-from-regrown-rate": (DecreaseFromRegrownRate, "DecreaseLowers"),
     "undo-lowers": (UndoLowers, "UndoRestores"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pace_sim import CappedStore, ServedStore, saturating_clients, served_heads_per_s
 
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 from kvprobe.spec.pace_model import recovery_bound_s
 
 __all__ = ["check_fair_share", "check_noise_keeps_capacity", "check_recovery_within_bound"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kvprobe.backends._obj_lookup import Chunk, QuerySize, RetryPlan, RetryPolicy, shed_margin, usual_query_s
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 
 __all__ = [
     "CappedStore",

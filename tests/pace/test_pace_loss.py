@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from pace_sim import CappedStore, ServedStore, VirtualLookup, operator_run, served_heads_per_s
 
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 
 SEEDS = range(20)
 

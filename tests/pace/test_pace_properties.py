@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from pace_properties import check_fair_share, check_noise_keeps_capacity, check_recovery_within_bound
 
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 
 # Whole runs of tens of virtual seconds: fewer examples than the profile's.
 RUNS = settings(settings.default, max_examples=12)

@@ -70,8 +70,10 @@ class FakeEndpoint(http.server.BaseHTTPRequestHandler):
 
     ``mode``: ``throttle`` (503 SlowDown to everything), ``all-stored`` (200
     to every HEAD but the bucket's), ``s3`` (404 for every object but
-    ``stored``; 503 for those in ``failing``); the bucket's HEAD is throttled
-    while ``throttle_bucket``.  Object names are matched by their last part.
+    ``stored``; 503 for those in ``failing``, and for the object HEADs whose
+    place in :attr:`heads` is in ``throttle_at``: a random 503 of a gateway);
+    the bucket's HEAD is throttled while ``throttle_bucket``.  Object names
+    are matched by their last part.
     """
 
     protocol_version = "HTTP/1.1"
@@ -80,6 +82,7 @@ class FakeEndpoint(http.server.BaseHTTPRequestHandler):
     stored: ClassVar[set[str]] = set()
     failing: ClassVar[set[str]] = set()
     heads: ClassVar[list[str]] = []  # the last part of every object HEAD's path, in order
+    throttle_at: ClassVar[set[int]] = set()
 
     def log_message(self, *args: object) -> None:
         pass
@@ -103,8 +106,10 @@ class FakeEndpoint(http.server.BaseHTTPRequestHandler):
             self._send(200)
         else:
             name = self.path.split("?")[0].rsplit("/", 1)[-1]
+            place = len(self.heads)
             self.heads.append(name)
-            self._send(503 if name in self.failing else 200 if name in self.stored else 404)
+            failing = name in self.failing or place in self.throttle_at
+            self._send(503 if failing else 200 if name in self.stored else 404)
 
     def do_GET(self) -> None:  # a listing: S3's throttling says so in its body
         self._send(503, SLOWDOWN)

@@ -21,7 +21,7 @@ import pytest
 
 from kvprobe.backends import _host_pace
 from kvprobe.backends._host_pace import HostPacer, _boot_id
-from kvprobe.backends._pacing import PaceCore
+from kvprobe.backends._pace_core import PaceCore
 
 HOLD_THE_LOCK = """
 import fcntl, os, sys, time

@@ -3,7 +3,9 @@
 ``Pacer.trace()`` keeps the pace's last decisions (a decrease, one undone,
 a Retry-After hold), each with when it was made and the rate before and
 after it, bounded in length; ``snapshot()`` adds the rate the pace measured;
-:mod:`kvprobe.metrics` exports the rates as gauges.  No S3, no NIXL.
+:mod:`kvprobe.metrics` exports the rates as gauges.  No S3, no NIXL.  The
+pacers whose windows are judged run on a virtual clock: on the wall clock a
+loaded machine moved sends across windows, and a test failed once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from kvprobe.backends._host_pace import HostPacer
 from kvprobe.backends._pacing import TRACE_LEN, PaceCore, Pacer
 
 
-def _overloaded_window(pacer: Pacer, *, queries: int = 200, heads: int = 1) -> None:
+class _Clock:
+    """A virtual ``time.monotonic``: moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _overloaded_window(pacer: Pacer, clock: _Clock, *, queries: int = 200, heads: int = 1) -> None:
     """Single-HEAD queries sent as they are made, a quarter of them failed: one window judged, one decrease.
 
     A quarter of the HEADs failed, not of 16-HEAD queries (under 2 % of the
@@ -27,27 +39,29 @@ def _overloaded_window(pacer: Pacer, *, queries: int = 200, heads: int = 1) -> N
     that follows are not judged again).
     """
     for i in range(queries):
-        sent = time.monotonic()
+        sent = clock()
         if i % 4 == 3:
             pacer.failed(sent, heads)
         else:
             pacer.answered(sent, heads)
-        time.sleep(0.002)
+        clock.now += 0.002
 
 
-def _aged_pacer() -> Pacer:
-    return Pacer(PaceCore(time.monotonic() - 10.0))  # its first window opened before the sends below
+def _aged_pacer(clock: _Clock) -> Pacer:
+    # Its first window opened before the sends below.
+    return Pacer(PaceCore(clock() - 10.0), clock=clock)
 
 
 def test_a_decrease_is_traced_with_the_rate_before_and_after() -> None:
-    pacer = _aged_pacer()
+    clock = _Clock()
+    pacer = _aged_pacer(clock)
     assert pacer.trace() == []
-    started = time.monotonic()
-    _overloaded_window(pacer)
+    started = clock()
+    _overloaded_window(pacer, clock)
     (event,) = pacer.trace()
     assert event["decision"] == "decrease" and event["rate_before"] is None  # from unpaced
     assert isinstance(event["rate_after"], float) and event["rate_after"] == pytest.approx(pacer.snapshot()["rate"])
-    assert started <= float(event["at"]) <= time.monotonic()
+    assert started < float(event["at"]) < clock()  # made during the window, on the pacer's clock
     assert pacer.snapshot()["decreases"] == 1
 
 
@@ -62,17 +76,19 @@ def test_a_hold_is_traced_with_its_length_and_the_trace_is_bounded() -> None:
 
 
 def test_answers_that_change_nothing_trace_nothing() -> None:
-    pacer = _aged_pacer()
+    clock = _Clock()
+    pacer = _aged_pacer(clock)
     for _ in range(5):
-        pacer.answered(time.monotonic() - 0.5, 16)
+        pacer.answered(clock() - 0.5, 16)
     pacer.reserve(16)
     assert pacer.trace() == []
 
 
 def test_the_snapshot_has_the_measured_rate() -> None:
-    pacer = _aged_pacer()
+    clock = _Clock()
+    pacer = _aged_pacer(clock)
     assert pacer.snapshot()["measured"] == 0.0
-    _overloaded_window(pacer)
+    _overloaded_window(pacer, clock)
     measured = pacer.snapshot()["measured"]
     assert isinstance(measured, float) and measured > 0.0
 
@@ -104,8 +120,9 @@ def test_the_pace_rates_are_exported_as_gauges() -> None:
     from kvprobe.metrics import LookupMetrics
     from kvprobe.statemachine import AsyncLookupManager
 
-    pacer = _aged_pacer()
-    _overloaded_window(pacer)
+    clock = _Clock()
+    pacer = _aged_pacer(clock)
+    _overloaded_window(pacer, clock)
     registry = CollectorRegistry()
     with AsyncLookupManager(_Tier(pacer), name="obj") as m:
         LookupMetrics(m).register(registry)
@@ -114,3 +131,29 @@ def test_the_pace_rates_are_exported_as_gauges() -> None:
             value = registry.get_sample_value(f"kvprobe_backend_pace_{name}", {"tier": "obj"})
             assert value == pytest.approx(snap[name], rel=0.01), name
         assert registry.get_sample_value("kvprobe_backend_pace_decreases_total", {"tier": "obj"}) == 1
+
+
+def test_the_heads_the_store_failed_and_answered_are_counted_and_exported() -> None:
+    # A failed query of several HEADs is one failed query but several HEADs
+    # the store turned away: the operator sees the HEADs, and the rate the
+    # store answered at (not only the rate of outcomes, failed ones included).
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+
+    from kvprobe.metrics import LookupMetrics
+    from kvprobe.statemachine import AsyncLookupManager
+
+    clock = _Clock()
+    pacer = _aged_pacer(clock)
+    _overloaded_window(pacer, clock, queries=200, heads=3)  # 50 queries of 3 HEADs failed, 150 answered
+    snap = pacer.snapshot()
+    assert (snap["failed_heads"], snap["answered_heads"]) == (150, 450)
+    served, measured = snap["served"], snap["measured"]
+    assert isinstance(served, float) and isinstance(measured, float)
+    assert 0.0 < served < measured  # a quarter of the queries failed: fewer HEADs answered than came back
+    registry = CollectorRegistry()
+    with AsyncLookupManager(_Tier(pacer), name="obj") as m:
+        LookupMetrics(m).register(registry)
+        assert registry.get_sample_value("kvprobe_backend_pace_failed_heads_total", {"tier": "obj"}) == 150
+        assert registry.get_sample_value("kvprobe_backend_pace_answered_heads_total", {"tier": "obj"}) == 450
+        assert registry.get_sample_value("kvprobe_backend_pace_served", {"tier": "obj"}) == pytest.approx(served)

@@ -228,7 +228,9 @@ def test_retry_after_holds_every_reservation_until_then_capped() -> None:
     core.failed(11.0, 10.9, 1, retry_after_s=1e9)
     assert core.reserve(11.0, 1) == 11.0 + 30.0  # capped at max_hold_s
     core.failed(12.0, 11.9, 1, retry_after_s=1.0)  # an earlier end never shortens a hold
-    assert core.reserve(12.0, 1) == 41.0 and core.stats.holds == 2
+    assert core.hold_until == 41.0 and core.stats.holds == 2
+    assert core.reserve(12.0, 1) == 12.0  # the hold's probe, HOLD_PROBE_S after it was set
+    assert core.reserve(12.5, 1) == 41.0  # the next reservations wait: the probe is not answered yet
 
 
 def test_retry_after_values_are_parsed_as_seconds_or_http_dates() -> None:

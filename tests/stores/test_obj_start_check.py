@@ -78,3 +78,31 @@ def test_a_start_up_throttled_throughout_serves_a_real_store_once_verified(
         assert backend.batch_lookup([stored, absent], None) == [True, False]  # verified once, for good
     finally:
         backend.close()
+
+
+def test_one_random_503_on_nixls_probe_does_not_refuse_the_store(
+    endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: 10 of 80 start-ups under random 503s refused with "NIXL cannot query it".
+
+    The HEADs at start-up: boto3's of a random name (0), NIXL's probe (1),
+    boto3's of the probe's name (2).  The probe's 503 was followed by
+    boto3's answered HEAD, read as "NIXL itself cannot use the store".
+    """
+    endpoint.mode, endpoint.throttle_bucket, endpoint.throttle_at = "s3", False, {1}
+    backend = _backend(endpoint, tmp_path, monkeypatch)
+    try:
+        assert backend.batch_lookup([b"never-written"], None) == [False]
+        assert len(endpoint.heads) >= 4, endpoint.heads  # the probe was sent again, and answered
+    finally:
+        backend.close()
+
+
+def test_a_nixl_probe_failing_every_time_while_boto3_is_answered_is_refused(
+    endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe is retried a bounded number of times: NIXL failing on each while the store answers is refused."""
+    endpoint.mode, endpoint.throttle_bucket, endpoint.throttle_at = "s3", False, {1, 3, 5, 7, 9, 11}
+    with pytest.raises(ObjStoreUnavailableError, match="NIXL cannot query it"):
+        _backend(endpoint, tmp_path, monkeypatch).close()
+    assert len(endpoint.heads) <= 9, endpoint.heads  # 4 probes, each with boto3's HEAD, after the first check

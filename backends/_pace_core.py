@@ -1,0 +1,514 @@
+"""The pace's rules: a HEAD rate adjusted by an object store's answers, pure (no clock, lock or I/O).
+
+Why.  A prefix of an S3 bucket serves a bounded request rate and answers
+``503 SlowDown`` beyond it (Ceph RGW's limits answer 503 too); clients that
+retry at once only add load.  :class:`PaceCore` holds the rate one process
+sends its HEADs at, for one (endpoint, bucket, prefix), and the rules that
+move it.  Every method takes ``now`` (seconds on the caller's monotonic
+clock), so the rules are tested, simulated and model-checked without
+sleeping; :mod:`kvprobe.backends._pacing` drives a core with a lock and
+``time.monotonic``.
+
+Theory of operation (docs/backends.md, "Pacing to the store", says it in
+full; docs/pace.md says how it is verified):
+
+* **Unpaced until the store pushes back**: until the first congestion
+  signal every reservation starts at once.
+* **Windows**: outcomes are judged per window of at least ``window_heads``
+  HEADs over at least ``window_min_s`` (or ``window_max_s`` without a
+  failure), counting only queries sent after it opened, so one decrease
+  is judged per round trip and idle time never reads as a rate the store
+  imposed.
+* **CUBIC** (botocore's constants ``c = 0.4``, ``beta = 0.7``, floor 0.5):
+  a window with failures sets ``w_max`` from the rate achieved (capped by
+  what the store served, so one decrease lands near its capacity) and the
+  rate to ``beta * w_max``; the rate then follows
+  ``w_max + c * (t - K)**3``.  Its growth depends on time, not on requests,
+  so engines with different loads grow alike.
+* **A decrease must help**: the windows after a decrease check that the
+  failures per HEAD fell (:func:`fell`).  A decrease whose sends came down
+  while the HEADs the store answered per second fell with them, and the
+  failures per HEAD did not, is loss that is not load: after two such
+  windows the decreases are undone, that share is kept as the store's
+  **noise** (windows failing no more than ``2 * noise + NOISE_MARGIN`` are
+  not signals), and later decreases wait a growing holdoff.
+* **Retry-After** holds new reservations until then (at most ``max_hold_s``),
+  but one per ``HOLD_PROBE_S`` goes out as a probe, and an answer to a
+  query sent during the hold ends it.
+* **Reservations** follow GCRA: ``n`` HEADs start at
+  ``max(now, tat - burst_s)`` and push ``tat`` on by ``n / rate``; one that
+  could not start by its ``not_after`` is refused and costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvprobe.spec.option_values import as_float
+
+__all__ = ["HOLD_PROBE_S", "NOISE_MARGIN", "UNTESTED_WINDOWS", "PaceCore", "PaceStats", "check_positive", "fell"]
+
+
+@dataclass
+class PaceStats:
+    """What a pacer did: ``decreases`` of its rate, of which ``undone`` did not help, and ``holds`` (Retry-After).
+
+    ``refused``: reservations that could not start before their caller's
+    deadline.  ``answered_heads`` and ``failed_heads``: the HEADs of the
+    queries reported answered, and failed other than by a timeout (throttled
+    or erroring: NIXL reports a 503, a 500 and a reset alike).
+    """
+
+    decreases: int = 0
+    undone: int = 0
+    holds: int = 0
+    refused: int = 0
+    answered_heads: int = 0
+    failed_heads: int = 0
+
+
+@dataclass
+class _Window:
+    start: float
+    first_sent: float = math.inf  # the earliest send of a query counted (idle time before it is not the window's)
+    last_sent: float = -math.inf
+    last_heads: int = 0  # HEADs of the query sent last
+    queries: int = 0
+    failures: int = 0  # failed queries (congestion signals)
+    answered_heads: int = 0  # HEADs of the queries that answered
+    heads: int = 0  # HEADs of the queries counted
+    binding: bool = False  # a reservation had to wait: the rate, not the demand, was the limit
+
+    def add(self, sent_at: float, heads: int, failed: bool) -> None:
+        if sent_at >= self.start:  # sent before the window opened: judged by an older rate
+            self.first_sent = min(self.first_sent, sent_at)
+            if sent_at >= self.last_sent:
+                self.last_sent, self.last_heads = sent_at, heads
+            self.queries += 1
+            self.failures += failed
+            self.heads += heads
+            self.answered_heads += 0 if failed else heads
+
+    def send_rate(self, now: float) -> float:
+        """HEADs sent per second, over the sends counted (the last one's HEADs went out at its end)."""
+        span = self.last_sent - self.first_sent
+        if span > 0 and self.heads > self.last_heads:
+            return (self.heads - self.last_heads) / span
+        return self.heads / max(now - self.first_sent, 1e-3)
+
+    def failed_per_head(self) -> float:
+        """The HEADs' failure probability that explains the failed queries (queries of the mean size)."""
+        if self.failures == self.queries:
+            return 1.0
+        mean_size = self.heads / self.queries
+        return float(1.0 - (1.0 - self.failures / self.queries) ** (1.0 / mean_size))
+
+
+class PaceCore:
+    """A HEAD rate adjusted by the store's answers (CUBIC, with each decrease checked); pure, clock injected.
+
+    Args:
+        now: the creation time on the caller's clock.
+        c, beta, floor: CUBIC's scale (HEAD/s per s**3), its decrease factor,
+            and the lowest rate (HEAD/s).
+        burst_s: seconds of the rate that may go out at once.
+        window_heads, window_min_s: a window is judged once it has this
+            many HEADs' outcomes, half of them answered, over at least
+            ``window_min_s``.
+        window_max_s: a window without a failure is judged after this
+            long whatever its HEADs (at least one answered).
+        idle_s: a pause in reservations longer than this (or than two
+            reservations' worth of the rate) starts a new window: idle time
+            is not a rate the store imposed.
+        holdoff_max: most windows a decrease waits after decreases that did not help.
+        max_hold_s: the longest Retry-After honoured.
+        start_rate: None: unpaced until the store pushes back; a rate
+            (HEAD/s): paced from the start, as just after a decrease to it
+            (a store whose limit is known).
+
+    Raises:
+        ValueError: a parameter out of range (each must be positive and finite;
+            ``beta`` in (0, 1)).
+    """
+
+    # Seconds a window the store served without a failure anchors a decrease
+    # from unpaced (a store's capacity changes slowly; a quiet moment's demand
+    # does not measure it).
+    KEPT_UP_S = 10.0
+
+    def __init__(
+        self,
+        now: float,
+        *,
+        c: float = 0.4,
+        beta: float = 0.7,
+        floor: float = 0.5,
+        burst_s: float = 0.1,
+        window_heads: int = 64,
+        window_min_s: float = 0.25,
+        window_max_s: float = 1.0,
+        idle_s: float = 0.5,
+        holdoff_max: int = 8,
+        max_hold_s: float = 30.0,
+        start_rate: float | None = None,
+    ) -> None:
+        for name, value in (("c", c), ("floor", floor), ("burst_s", burst_s), ("window_min_s", window_min_s)):
+            check_positive(name, value)
+        check_positive("idle_s", idle_s)
+        check_positive("window_max_s", window_max_s)
+        check_positive("max_hold_s", max_hold_s)
+        if not 0.0 < beta < 1.0:
+            raise ValueError(f"beta must be in (0, 1), got {beta!r}")
+        for name, count in (("window_heads", window_heads), ("holdoff_max", holdoff_max)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be a positive int, got {count!r}")
+        self.c, self.beta, self.floor, self.burst_s = c, beta, floor, burst_s
+        self.window_heads, self.window_min_s, self.idle_s = window_heads, window_min_s, idle_s
+        self.holdoff_max, self.max_hold_s = holdoff_max, max_hold_s
+        self.window_max_s = window_max_s
+        self.stats = PaceStats()
+        self.paced = False  # False until the first decrease: reservations start at once
+        self.w_max = 0.0  # the rate at the last decrease (HEAD/s)
+        self.t_decrease = now  # CUBIC's epoch: the rate is beta * w_max here
+        self.k = 0.0
+        self.measured = 0.0  # HEADs with an outcome per second, smoothed over windows
+        self.served = 0.0  # HEADs the store answered per second, smoothed over windows
+        # The last window judged had no failure and its reservations waited:
+        # the demand uses all the rate, which then grows as CUBIC says, not
+        # capped at twice what was measured (that cap keeps an idle
+        # process's rate down; at a low rate it made the way back from the
+        # floor one doubling per window, minutes).
+        self.demand_above = False
+        self.tat = now  # GCRA's theoretical arrival time
+        self.hold_until = -math.inf  # Retry-After
+        self.held_at = -math.inf  # when the hold was set: an answer to a query sent since ends it
+        self.probe_at = -math.inf  # the earliest start of the hold's next probe
+        self._window = _Window(now)
+        self._last_reserved = (now, 0)  # when, and how many HEADs
+        # (served/s, failed per HEAD, sent/s) in the window that decided the last decrease
+        self._verify: tuple[float, float, float] | None = None
+        self._unsettled = 0  # windows after the last decrease whose sends had not come down to it yet
+        # The rate before the first of the decreases since the store last kept
+        # up (None: unpaced then), and whether there were any.
+        self._top: float | None = None
+        self._decreasing = False
+        self._doubted = False  # the last window judged the last decrease useless
+        # Failures per HEAD a decrease showed not to come from the rate (a
+        # flaky gateway's share): windows failing no more are not signals.
+        self.noise = 0.0
+        self._holdoff = 1  # windows the next undone decrease makes later ones wait
+        self._holdoff_left = 0
+        # The most HEADs per second a window served without a failure, and
+        # when (the store kept up with that much: an anchor for a decrease
+        # from unpaced that a quiet moment's demand would otherwise set).
+        self._kept_up: tuple[float, float] = (-math.inf, 0.0)
+        if start_rate is not None:
+            check_positive("start_rate", start_rate)
+            self._set_epoch(start_rate / beta, now)
+            self.paced = True
+
+    # --- its state, for a pace kept outside the process ---------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Every field of the pace as JSON-ready values (:meth:`from_state` builds it back)."""
+        state = dict(vars(self))
+        state["stats"] = dataclasses.asdict(self.stats)
+        state["_window"] = dataclasses.asdict(self._window)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> PaceCore:
+        """The pace :meth:`state` described (its tuples may come back as lists, as JSON gives them).
+
+        Raises:
+            ValueError: ``state`` lacks a field, has one more, or one of the wrong kind.
+        """
+        expected = set(vars(cls(0.0)))
+        if set(state) != expected:
+            raise ValueError(f"not a pace's state: the fields {sorted(set(state) ^ expected)} differ")
+        core = cls.__new__(cls)
+        try:
+            for name, value in state.items():
+                if name == "stats":
+                    value = PaceStats(**value)
+                elif name == "_window":
+                    value = _Window(**value)
+                elif name in ("_last_reserved", "_verify", "_kept_up") and value is not None:
+                    value = tuple(value)
+                setattr(core, name, value)
+        except TypeError as exc:
+            raise ValueError(f"not a pace's state: {exc}") from exc
+        return core
+
+    # --- the rate ---------------------------------------------------------------
+
+    def rate(self, now: float) -> float | None:
+        """HEADs per second allowed at ``now``, or None while unpaced."""
+        if not self.paced:
+            return None
+        if self._verify is not None:
+            # Held while the window after a decrease checks it (a small
+            # w_max would otherwise regrow within that window).
+            return max(self.floor, self.beta * self.w_max)
+        t = now - self.t_decrease - self.k
+        cubic = self.w_max + self.c * t * t * t
+        last_at, last_heads = self._last_reserved
+        if self.demand_above and now - last_at <= max(
+            self.window_max_s, 2 * last_heads / max(self.floor, self.measured)
+        ):
+            return max(self.floor, cubic)  # the demand is still there: not an idle process
+        return max(self.floor, min(cubic, max(2.0 * self.measured, self.w_max)))
+
+    def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
+        """When ``heads`` HEADs may start (``>= now``), reserving them.
+
+        None (nothing reserved, counted ``refused``) when that is after ``not_after``.
+        """
+        # Inside a hold, one reservation per HOLD_PROBE_S goes out as a probe.
+        probe = now < self.hold_until and now >= self.probe_at
+        start = now if probe else max(now, self.hold_until)
+        rate = self.rate(now)
+        last_at, last_heads = self._last_reserved
+        if now - last_at > max(self.idle_s, 2 * last_heads / rate if rate else 0.0):
+            self._window = _Window(now)  # the demand paused: measure from here
+        self._last_reserved = (now, heads)
+        if rate is not None:
+            start = max(start, self.tat - self.burst_s)
+        if start > not_after:
+            self.stats.refused += 1
+            return None
+        if rate is not None:
+            self.tat = max(self.tat, start) + heads / rate
+        if probe:
+            self.probe_at = start + HOLD_PROBE_S
+        if start > now:
+            self._window.binding = True
+        return start
+
+    def release(self, now: float, heads: int) -> None:
+        """Give back a reservation of ``heads`` that will not be used (it started no query)."""
+        rate = self.rate(now)
+        if rate is not None:
+            self.tat = max(now, self.tat - heads / rate)
+
+    # --- outcomes ---------------------------------------------------------------
+
+    def answered(self, now: float, sent_at: float, heads: int) -> None:
+        """A query of ``heads`` HEADs sent at ``sent_at`` answered (stored or not, every key)."""
+        self.stats.answered_heads += heads
+        if sent_at >= self.held_at and now < self.hold_until:
+            self.hold_until = now  # the store answered a query sent during the hold: it serves again
+        self._window.add(sent_at, heads, failed=False)
+        self._maybe_judge(now)
+
+    def failed(self, now: float, sent_at: float, heads: int, retry_after_s: float | None = None) -> None:
+        """A query of ``heads`` HEADs sent at ``sent_at`` failed (not by a timeout).
+
+        ``retry_after_s``: the store's ``Retry-After``, if it sent one.
+        """
+        if retry_after_s is not None and retry_after_s > 0:
+            until = now + min(retry_after_s, self.max_hold_s)
+            if until > self.hold_until:
+                self.hold_until, self.held_at = until, now
+                self.probe_at = max(self.probe_at, now + HOLD_PROBE_S)
+                self.stats.holds += 1
+        self.stats.failed_heads += heads
+        self._window.add(sent_at, heads, failed=True)
+        self._maybe_judge(now)
+
+    def _maybe_judge(self, now: float) -> None:
+        window = self._window
+        if window.queries == 0:
+            return
+        span = now - window.first_sent
+        full = window.heads >= self.window_heads and window.answered_heads >= self.window_heads // 2
+        # What the store served is measured, not guessed: half the HEADs
+        # answered, or a long quiet window (a low rate's way back up).
+        quiet = not window.failures and span >= self.window_max_s
+        if not (full or quiet) or span < self.window_min_s:
+            return
+        sent = window.send_rate(now)
+        failed = window.failed_per_head()
+        # HEADs the store answered per second, whether or not NIXL kept the
+        # answers: at its capacity this stays when we slow down.
+        served = sent * (1.0 - failed)
+        # The rate this window was sent under (held while a decrease is
+        # checked), before its own sends raise the cap on regrowth: a
+        # decrease steps down from it, never from a rate it never had.
+        held = self.rate(now)
+        self.measured = 0.8 * sent + 0.2 * self.measured
+        self.served = 0.8 * served + 0.2 * self.served
+        self.demand_above = window.binding and not window.failures
+        self._window = _Window(now)
+        verify, self._verify = self._verify, None
+        if not window.failures:
+            at, most = self._kept_up
+            if served >= most or now - at > self.KEPT_UP_S:
+                self._kept_up = (now, served)
+            self._decreasing = False  # the store is keeping up: the decreases so far stand
+            self._holdoff = 1
+        elif verify is not None and self._decreasing and not fell(verify[1], failed, window.heads):
+            # The failures per HEAD did not fall at the lower rate.  Either
+            # the pace held the sends (binding) and the store answered fewer
+            # HEADs per second with them (a store at its capacity answers as
+            # many), or the demand stayed below the lower rate (the
+            # client's concurrency, not the pace, set the sends): in both
+            # cases the rate is not what the store fails.
+            served_before, _, sent_before = verify
+            if window.binding:
+                untested = sent >= (1 + self.beta) / 2 * sent_before
+            else:
+                untested = held is not None and sent < held
+            if untested and self._unsettled < UNTESTED_WINDOWS:
+                # The sends have not come down to the lower rate yet (the
+                # HEADs held for it, its burst), or the demand was below it:
+                # the decrease is not tested yet.  Held, not stepped down again.
+                self._unsettled += 1
+                self._verify = verify
+                return
+            if window.binding and served < (1 + self.beta) / 2 * served_before:
+                # Twice in a row before undoing, the second time one step
+                # lower still: one window's noise at a store at its capacity
+                # must not send the pace back up, and a decrease that did
+                # not reach the capacity (what a store far over it served is
+                # overestimated) must not be taken for noise.
+                if self._doubted:
+                    self._undo(now, (verify[1] + failed) / 2)
+                    return
+                self._doubted = True
+                self._verify = verify  # judged against the same window as before
+                self.w_max *= self.beta
+                self.tat = max(self.tat, now + self.burst_s)
+                self.stats.decreases += 1
+                return
+        self._doubted = False
+        if verify is not None:
+            self.t_decrease = now  # kept: CUBIC's regrowth starts from here
+        noise = self.noise
+        if failed <= self.noise_limit():
+            # What a decrease showed not to come from the rate: a window with
+            # no more than that is the store as it is, not a congestion
+            # signal.  Forgotten as windows fail less (never raised here: a
+            # store at its capacity failing just under the limit must not
+            # lift it).
+            self.noise = min(noise, 0.9 * noise + 0.1 * failed)
+        if self._holdoff_left:
+            self._holdoff_left -= 1
+        elif (
+            window.failures
+            and failed < 1.0
+            and failed > self.noise_limit()
+            and (verify is None or failed >= 1 - self.beta)
+        ):
+            # A few failures in the window right after a decrease do not
+            # step down again: they are the store still recovering from the
+            # window that was cut (a drained token bucket refills at its
+            # rate, not ours), and the step down has not been seen yet.  On
+            # Ceph RGW such back-to-back steps took a host's pace from 578 to
+            # 198 HEAD/s within a second (0.7 cubed), under the demand that
+            # followed.  The next window judges the new rate; heavier
+            # failures still cut at once.
+            self._decrease(now, served, failed, sent, held)
+
+    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
+        # What a few failures step down from: the pace's rate or, from
+        # unpaced, the most the store served without a failure of late.
+        step_from = current
+        if step_from is None and now - self._kept_up[0] <= self.KEPT_UP_S:
+            step_from = self._kept_up[1]
+        if step_from is not None and achieved < step_from and failed < 1 - self.beta:
+            # The demand, not the pace, set this window's sends (it sent less
+            # than that), and the store served most of them.  Then
+            # what was sent measures that moment's demand, not the store: a
+            # decrease to it would hold the pace below the next moment's
+            # demand for CUBIC's K seconds (on Ceph RGW: a host's pace from
+            # 378 to ~130 HEAD/s, long walks waiting out their deadlines).
+            # The few failures say only that the rate, and the bursts it
+            # allows, are too high: one step down.
+            base = max(self.floor, step_from)
+        else:
+            base = achieved if current is None else min(current, achieved)
+            # Never down to less than beta times what we sent, but never above
+            # what the store served either: far over its capacity one decrease
+            # lands near it instead of one per window.
+            base = max(self.floor, min(base, served / self.beta))
+        if not self._decreasing:
+            self._decreasing, self._top = True, current
+        self._verify = (served, failed, achieved)
+        self._unsettled = 0
+        self._set_epoch(base, now)
+        # No burst credit (the next window measures the new rate), and the
+        # HEADs already granted keep their time: a later start than theirs.
+        self.tat = max(self.tat, now + self.burst_s)
+        self.paced = True
+        self.stats.decreases += 1
+
+    def noise_limit(self) -> float:
+        """The failures per HEAD a window may have without being a congestion signal (0 until a decrease was undone)."""
+        return 2.0 * self.noise + NOISE_MARGIN if self.noise else 0.0
+
+    def _undo(self, now: float, failed: float) -> None:
+        # Back to before the decreases that did not help: unpaced if it was,
+        # else that rate as if K seconds had passed since (CUBIC's plateau).
+        # The share of HEADs that kept failing at the lower rate is noise,
+        # if it is a share a gateway's noise has: above 1 - beta, a
+        # decrease that did not help is more likely one that did not go
+        # low enough (far over a store's capacity, what it served is
+        # overestimated from queries of a few HEADs), and the holdoff,
+        # not the noise, spaces the next ones.
+        if failed <= 1 - self.beta:
+            self.noise = max(self.noise, failed)
+        if self._top is None:
+            self.paced = False
+        else:
+            self._set_epoch(self._top, now)
+            self.t_decrease = now - self.k
+        self._decreasing = False
+        self._doubted = False
+        self.stats.undone += 1
+        self._holdoff_left = self._holdoff
+        self._holdoff = min(2 * self._holdoff, self.holdoff_max)
+
+    def _set_epoch(self, w_max: float, now: float) -> None:
+        self.w_max = w_max
+        self.k = (w_max * (1 - self.beta) / self.c) ** (1 / 3)
+        self.t_decrease = now
+
+
+# During a Retry-After hold, one reservation per this many seconds may go
+# out at once to test the store: a hold of 30 s, honoured whole, shed every
+# key of every call on the host although the store may answer again in a
+# second.  An answer to a query sent during the hold ends it.
+HOLD_PROBE_S = 1.0
+
+# Windows a decrease waits for sends that test it (held at the lower rate)
+# before it is judged as if they had.
+UNTESTED_WINDOWS = 3
+
+# Above twice the noise, this much more of the HEADs failing is a signal:
+# a window of 64 HEADs measures a 5 % share within about +-3 %.
+NOISE_MARGIN = 0.05
+
+
+def fell(before: float, after: float, heads: int) -> bool:
+    """Whether a share of failed HEADs fell from ``before`` to ``after`` (over ``heads`` HEADs): halved, beyond chance.
+
+    Beyond chance: by more than two standard deviations of the count
+    ``before`` would give over ``heads`` HEADs (Poisson).  A window of 64
+    HEADs at a 5 % share holds about 3 failures: one window with 1 says
+    nothing, and judged by halving alone such windows kept decreases that
+    did not help, one after another (the pace stepped from 530 to 67 HEAD/s
+    under 5 % random 503s in 8 seconds, on the virtual clock).
+    """
+    expected = before * heads
+    return after <= 0.5 * before and after * heads < expected - 2.0 * math.sqrt(expected)
+
+
+def check_positive(name: str, value: float) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a positive finite number (not a bool)."""
+    # An int too large for a float is not finite as the float it is used as.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < as_float(value) < math.inf:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
