@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from kvprobe.check import EXIT_INVARIANT, EXIT_OK, EXIT_UNREACHED, EXIT_USAGE, main, reach_config
+from kvprobe.check import EXIT_INVARIANT, EXIT_LIVENESS, EXIT_OK, EXIT_UNREACHED, EXIT_USAGE, main, reach_config
 from kvprobe.tlc import tla_dir
 from kvprobe.tlc_mutants import KINDS, MUTANT_NAMES, MUTANTS, find_mutant
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tla"))
 from mutant_runs import shared_tlc_runs  # noqa: F401 (a fixture)
-from test_tla_check import SPEC_CAUGHT_BY
+from test_tla_check import LIVENESS_CAUGHT, SPEC_CAUGHT_BY
 
 
 def test_the_mutants_are_the_named_and_the_spec_ones() -> None:
@@ -54,8 +54,9 @@ def test_unknown_mutant_lists_both_kinds(capsys: pytest.CaptureFixture[str]) -> 
     assert "fail-resolves-hit" in err and "double-result" in err
 
 
-#: The spec mutants an invariant catches (the others remove a reachability witness: below).
-INVARIANT_CAUGHT = sorted(m for m in SPEC_CAUGHT_BY if find_mutant(m).config != "reach")
+#: The spec mutants an invariant catches (the others remove a reachability witness,
+#: or break a liveness property: below).
+INVARIANT_CAUGHT = sorted(m for m in SPEC_CAUGHT_BY if find_mutant(m).config != "reach" and m not in LIVENESS_CAUGHT)
 
 
 # Marked tlc: in the TLC stage's process these reuse the runs of
@@ -73,6 +74,21 @@ def test_spec_mutant_is_reported_by_its_clause(mutant: str, capsys: pytest.Captu
     assert f"kvprobe check {config} (mutant {mutant}): VIOLATED safety property {SPEC_CAUGHT_BY[mutant]}:" in out
     # The account says what went wrong in words, not the bare fallback (tests/cli/test_explain.py runs every kind).
     assert f"What went wrong ({SPEC_CAUGHT_BY[mutant]}): " in out
+    assert f"the property {SPEC_CAUGHT_BY[mutant]} does not hold." not in out
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
+@pytest.mark.tlc
+@pytest.mark.usefixtures("shared_tlc_runs")
+@pytest.mark.parametrize("mutant", sorted(LIVENESS_CAUGHT))
+def test_liveness_spec_mutant_is_reported_as_a_liveness_violation(
+    mutant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A lasso, not a finite trace: the command line exits with the liveness code and says so.
+    assert main(["--quiet", "--workers", "1", "--mutant", mutant]) == EXIT_LIVENESS
+    out = capsys.readouterr().out
+    config = find_mutant(mutant).config
+    assert f"kvprobe check {config} (mutant {mutant}): VIOLATED liveness property" in out
     assert f"the property {SPEC_CAUGHT_BY[mutant]} does not hold." not in out
 
 
