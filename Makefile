@@ -60,13 +60,13 @@ rgw:
 # The TLC runs (marked `tlc`, Java keeping a core busy) and the rest (mostly
 # waiting on threads, sockets and local servers) run side by side as two
 # pytest processes: buildtools/stages.py prints each one's log and the sum.
-# (A third stage, the computing folders cut out of the rest, ran make test in
-# 9 to 10 minutes but starved tests/faults/test_cpu_gate.py's helpers in CI:
-# it judges computing helpers by the CPU they get.)
+# Then, alone, the tests marked `quiet`: they judge helpers by the CPU they
+# get (tests/faults/test_cpu_gate.py), which a TLC run beside them starves.
 STAGES := $(BIN)/python -m buildtools.stages
 
 test: lint rgw
-	HYPOTHESIS_PROFILE=ci $(STAGES) "not long and tlc" "not long and not tlc"
+	HYPOTHESIS_PROFILE=ci $(STAGES) "not long and tlc" "not long and not tlc and not quiet"
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
 test-long: rgw dev
 	HYPOTHESIS_PROFILE=ci $(STAGES) "long and tlc" "long and not tlc"

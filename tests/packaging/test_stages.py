@@ -108,11 +108,21 @@ def test_summary_counts_reads_pytests_closing_line() -> None:
     assert summary_counts("no summary here\n") == {}
 
 
+def make_test_serial(target: str) -> list[str]:
+    """The marker expressions of the Makefile's ``target`` runs alone after its stages (``pytest -m "EXPR"``)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
+    assert recipe is not None, target
+    return re.findall(r'-m pytest [^\n]*-m "([^"]+)"', recipe.group(1))
+
+
 def test_make_test_and_test_long_select_each_test_exactly_once() -> None:
-    # Over every combination of the two markers the stages select by, one
+    # Over every combination of the three markers the stages select by, one
     # expression of the two targets is true: no test is left out of CI's
     # suite and none runs twice (deep_replay has its own CI command).
     expressions = {stage.partition("@")[0].strip() for t in ("test", "test-long") for stage in make_test_stages(t)}
-    for long, tlc in itertools.product((False, True), repeat=2):
-        chosen = [e for e in expressions if eval(e, {"__builtins__": {}}, {"long": long, "tlc": tlc})]
-        assert len(chosen) == 1, (long, tlc, chosen)
+    expressions |= {e for t in ("test", "test-long") for e in make_test_serial(t)}
+    assert "not long and not tlc and quiet" in expressions  # the quiet ones run alone after make test's stages
+    for long, tlc, quiet in itertools.product((False, True), repeat=3):
+        chosen = [e for e in expressions if eval(e, {"__builtins__": {}}, {"long": long, "tlc": tlc, "quiet": quiet})]
+        assert len(chosen) == 1, (long, tlc, quiet, chosen)
