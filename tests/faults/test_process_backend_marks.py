@@ -9,13 +9,14 @@ failures the object tier took care to mark.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import partial
 
+from fault_harness import drive
+
 from kvprobe.backends import ProcessBackend
 from kvprobe.backends.base import Verdicts
-from kvprobe.statemachine import AsyncLookupManager, ReqContext, VerdictCache
+from kvprobe.statemachine import AsyncLookupManager, VerdictCache
 
 STORED, ANSWERED_ABSENT, UNANSWERED = b"marks-stored", b"marks-absent", b"marks-unanswered"
 
@@ -48,16 +49,11 @@ def test_a_plain_answer_stays_a_plain_list(tmp_path: object) -> None:
     assert result == [True, False] and getattr(result, "unanswered", frozenset()) == frozenset()
 
 
-def _resolve(m: AsyncLookupManager, req_id: str, keys: list[bytes]) -> list[bool | None]:
-    ctx = ReqContext(req_id)
-    answers = [m.lookup(k, ctx) for k in keys]
-    m.flush()
-    until = time.monotonic() + 10.0
-    while None in answers and time.monotonic() < until:
-        time.sleep(0.01)
-        answers = [m.lookup(k, ctx) for k in keys]
+def _resolve(m: AsyncLookupManager, req_id: str, keys: list[bytes]) -> list[bool]:
+    """``req_id``'s verdicts for ``keys``, in order (the fault harness's bounded drive), then its cleanup."""
+    answers = drive(m, {req_id: keys})
     m.cleanup(req_id)
-    return answers
+    return [answers.of(req_id, k) for k in keys]
 
 
 def test_the_cache_over_a_helper_never_remembers_an_unanswered_key(tmp_path: object) -> None:

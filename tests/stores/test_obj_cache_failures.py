@@ -10,17 +10,16 @@ the store is a loopback endpoint (:class:`obj_fakes.FakeEndpoint`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from integ_harness import requires_nixl
+from integ_harness import cleanup_all, requires_nixl, resolve
 from obj_fakes import serve_endpoint
 
 from kvprobe.backends.layout import relative_name
-from kvprobe.statemachine import AsyncLookupManager, ReqContext, VerdictCache
+from kvprobe.statemachine import AsyncLookupManager, VerdictCache
 
 pytestmark = requires_nixl
 
@@ -38,15 +37,10 @@ def endpoint() -> Iterator[Any]:
         yield handler
 
 
-def _resolve(m: AsyncLookupManager, req_id: str, keys: list[bytes]) -> list[bool | None]:
-    ctx = ReqContext(req_id)
-    answers = [m.lookup(k, ctx) for k in keys]
-    m.flush()
-    until = time.monotonic() + 10.0
-    while None in answers and time.monotonic() < until:
-        time.sleep(0.01)
-        answers = [m.lookup(k, ctx) for k in keys]
-    m.cleanup(req_id)
+def _resolve(m: AsyncLookupManager, req_id: str, keys: list[bytes]) -> list[bool]:
+    """``req_id``'s verdicts for ``keys``, in order (the harness's bounded resolve), then its cleanup."""
+    answers = resolve(m, {req_id: keys})[req_id]
+    cleanup_all(m, [req_id])
     return answers
 
 
