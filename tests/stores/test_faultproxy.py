@@ -102,6 +102,18 @@ def test_only_loopback_and_valid_policies() -> None:
         FaultProxy("http://127.0.0.1:9", throttle=0.6, reset=0.6)
 
 
+@pytest.mark.parametrize("delay_s", [-0.1, 60.5, float("nan"), float("inf")])
+def test_a_delay_outside_0_to_60_seconds_is_refused_naming_it(delay_s: float) -> None:
+    with pytest.raises(ValueError, match="delay_s"):
+        FaultProxy("http://127.0.0.1:9", delay_s=delay_s)
+
+
+@pytest.mark.parametrize("delay_s", [True, "1"])
+def test_a_delay_that_is_not_a_number_of_seconds_is_refused(delay_s: object) -> None:
+    with pytest.raises(TypeError, match="delay_s"):
+        FaultProxy("http://127.0.0.1:9", delay_s=delay_s)  # type: ignore[arg-type]
+
+
 def test_the_head_cap_is_a_token_bucket_of_its_rate_and_depth() -> None:
     cap = HeadCap(10.0, 3.0, now=0.0)
     assert [cap.admit(0.0) for _ in range(5)] == [True, True, True, False, False]  # the depth, then empty

@@ -60,6 +60,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlparse
 
+from kvprobe.backends.timeouts import check_seconds
 from kvprobe.testing.s3server import S3ServerError, free_port
 
 __all__ = ["FaultProxy", "HeadCap", "default_burst", "main"]
@@ -68,6 +69,8 @@ _CONTROL = "/__faultproxy__/"
 _LIVE: weakref.WeakSet[FaultProxy] = weakref.WeakSet()
 _FRACTIONS = ("throttle", "error500", "reset")
 _CAP = ("head_rate", "head_burst")
+#: The longest delay the proxy adds to a request, in seconds.
+MAX_DELAY_S = 60.0
 
 
 def default_burst(head_rate: float) -> float:
@@ -325,8 +328,10 @@ class FaultProxy:
 
     Raises:
         ValueError: the upstream is not a loopback ``http`` URL, a
-            fraction is outside [0, 1] (or their sum above 1), ``head_rate``
-            is negative or not finite, or ``head_burst`` is below 1.
+            fraction is outside [0, 1] (or their sum above 1), ``delay_s``
+            is outside [0, 60], ``head_rate`` is negative or not finite, or
+            ``head_burst`` is below 1.
+        TypeError: ``delay_s`` is not a number (``bool`` included).
     """
 
     def __init__(
@@ -461,8 +466,7 @@ def _check_policy(*, throttle: float, error500: float, reset: float, delay_s: fl
             raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
     if sum(fractions.values()) > 1.0:
         raise ValueError(f"the fault fractions add up to more than 1: {fractions}")
-    if not 0.0 <= delay_s <= 60.0:
-        raise ValueError(f"delay_s must be in [0, 60] seconds, got {delay_s!r}")
+    check_seconds("delay_s", delay_s, limit=MAX_DELAY_S, limit_name="the proxy's longest delay", zero_ok=True)
 
 
 def _check_cap(head_rate: float, head_burst: float | None) -> None:
