@@ -10,14 +10,18 @@ Theory of operation: everything that depends on the model's variables and
 actions lives in three tables, so a change of ``tla/KVProbe.tla`` is a table
 edit, and anything the tables do not know is shown plainly, never an error:
 
-* :data:`VARIABLES`: variable -> how to show its value (or None: a
-  bookkeeping or history variable the reader does not need per step);
-* :data:`ACTIONS`: action -> a function of (state before, state after) that
-  says what happened with its arguments; an unknown action, or one whose
-  function cannot read the states, is shown as its name and the variables
-  it changed;
-* :data:`VIOLATIONS`: property -> a function of the last states that says
-  what went wrong in words; an unknown property gets a generic sentence.
+* :data:`VARIABLES` (``explain_steps``): variable -> how to show its value
+  (or None: a bookkeeping or history variable the reader does not need per
+  step);
+* :data:`ACTIONS` (``explain_steps``): action -> a function of (state
+  before, state after) that says what happened with its arguments; an
+  unknown action, or one whose function cannot read the states, is shown
+  as its name and the variables it changed;
+* :data:`VIOLATIONS` (``explain_violations``): property -> a function of
+  the last states that says what went wrong in words; an unknown property
+  gets a generic sentence.
+
+This module is the rendering: it applies the tables and owns the fallbacks.
 """
 
 from __future__ import annotations
