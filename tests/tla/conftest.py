@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from model_replay import read_graph
+from model_replay_graph import read_graph
 
 from kvprobe.tlc import run_tlc, tla_dir
 

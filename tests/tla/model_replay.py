@@ -20,7 +20,8 @@ Under a SYMMETRY (tla/default.cfg's, permutations of keys and of
 requests) TLC stores one state per class and an edge leads to the state
 that stands for its successor's class, not to the successor itself: the
 edge is a step of the reference model if the reference successor's
-projection is that of some permutation of TLC's (:class:`Permutation`).
+projection is that of some permutation of TLC's (``model_replay_graph.py``
+reads the graph and lists the permutations).
 
 What the models represent differently is projected away: group ids and
 batch ids (a TLA+ group is its value), the order of a batch's groups and of
@@ -31,22 +32,19 @@ keeps some history per generation; a generation belongs to one key).
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+from model_replay_graph import TlaState, by_identity
 
 from kvprobe.spec import model
 from kvprobe.spec.lifecycle import LookupPhase
 from kvprobe.spec.model_positions import PositionsStopAtMiss, positioned_lookup
 from kvprobe.spec.model_state import CacheSpec, ChainAsk, Remembered
 from kvprobe.spec.model_walk_checks import WalkFacts
-from kvprobe.tlc import FrozenDict, ModelValue, parse_value
 
-TlaState = Mapping[str, object]
 View = dict[str, object]
 
 #: The model's bound on stuck calls in the configs replayed (MaxStuck).
@@ -56,66 +54,7 @@ NO_KEY = b"?"
 #: The failure name a TLA+ FailGroup maps to (any backend error: the model does not distinguish).
 FAIL = "raised"
 
-_DOT_NODE = re.compile(r'^(-?\d+) \[label="(.*)"(?:,style = filled)?\];?$')
-_DOT_EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="([^"]*)"')
-
-
-@functools.cache
-def _value(text: str) -> object:
-    # Most values repeat across thousands of states: parse each text once.
-    return parse_value(text)
-
-
-def read_graph(path: Path) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, str]]]:
-    """Read a ``-dump dot,actionlabels`` file: (states by id, edges (source, action, dest)).
-
-    The same result as ``kvprobe.tlc.read_state_graph``, with each distinct
-    value text parsed once (the whole default graph in seconds, not minutes).
-
-    Raises:
-        ValueError: a value cannot be parsed.
-    """
-    states: dict[str, dict[str, object]] = {}
-    edges: list[tuple[str, str, str]] = []
-    with path.open() as stream:
-        for line in stream:
-            edge = _DOT_EDGE.match(line)
-            if edge:
-                edges.append((edge.group(1), edge.group(3), edge.group(2)))
-                continue
-            node = _DOT_NODE.match(line.rstrip("\n"))
-            if node:
-                label = node.group(2).replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-                state: dict[str, object] = {}
-                for chunk in label.split("\n/\\ "):
-                    name, _, text = chunk.removeprefix("/\\ ").partition(" = ")
-                    state[name.strip()] = _value(text)
-                states[node.group(1)] = state
-    return states, edges
-
-
 # --- values ----------------------------------------------------------------------
-
-_T = TypeVar("_T")
-
-
-def _by_identity(fn: Callable[[Any], _T]) -> Callable[[Any], _T]:
-    """Memoize ``fn`` on its argument's identity.
-
-    :func:`read_graph` parses each distinct value text once, so equal values
-    of different states are one object: converting each object once makes
-    the whole graph cheap.  The memo keeps the argument alive (its id stays
-    unique).
-    """
-    memo: dict[int, tuple[object, _T]] = {}
-
-    def cached(value: Any) -> _T:
-        hit = memo.get(id(value))
-        if hit is None:
-            hit = memo[id(value)] = (value, fn(value))
-        return hit[1]
-
-    return cached
 
 
 @functools.cache
@@ -127,7 +66,7 @@ def _verdict(v: object) -> bool | None:
     return None if v == "none" else v == "hit"
 
 
-@_by_identity
+@by_identity
 def _gval(group: Mapping[str, object]) -> tuple[str, frozenset[tuple[bytes, int]]]:
     """A TLA+ group as a value: (request, probes)."""
     probes: Iterable[tuple[object, int]] = group["probes"]  # type: ignore[assignment]
@@ -273,7 +212,7 @@ def _oview(grp: object, kind: str, ans: Iterable[tuple[tuple[bytes, int], bool]]
 
 
 def _per_key(f: Callable[[Any], object] = lambda v: v) -> Callable[[Any], object]:
-    return _by_identity(lambda fn: {_key(k): f(v) for k, v in fn.items()})
+    return by_identity(lambda fn: {_key(k): f(v) for k, v in fn.items()})
 
 
 def _tla_outcome(o: Mapping[str, Any]) -> tuple[object, ...]:
@@ -300,38 +239,38 @@ _TLA_VIEW: dict[str, Callable[[Any], object]] = {
     "gen": _per_key(),
     "waiters": _per_key(lambda ws: frozenset(str(r) for r in ws)),
     "verdict": _per_key(_verdict),
-    "requests": _by_identity(lambda rs: {str(r): frozenset(_key(k) for k in ks) for r, ks in rs.items() if ks}),
-    "batch": _by_identity(lambda b: frozenset((_key(k), g, str(r)) for k, g, r in b)),
+    "requests": by_identity(lambda rs: {str(r): frozenset(_key(k) for k in ks) for r, ks in rs.items() if ks}),
+    "batch": by_identity(lambda b: frozenset((_key(k), g, str(r)) for k, g, r in b)),
     "nextGen": lambda n: n,
-    "open": _by_identity(_groups),
+    "open": by_identity(_groups),
     "down": lambda d: d,
-    "out": _by_identity(_tla_out),
+    "out": by_identity(_tla_out),
     "wstate": lambda w: w,
-    "subq": _by_identity(lambda q: tuple(_groups(b) for b in q)),
-    "taken": _by_identity(_groups),
-    "stuck": _by_identity(_groups),
-    "resq": _by_identity(lambda q: tuple(_tla_outcome(o) for o in q)),
+    "subq": by_identity(lambda q: tuple(_groups(b) for b in q)),
+    "taken": by_identity(_groups),
+    "stuck": by_identity(_groups),
+    "resq": by_identity(lambda q: tuple(_tla_outcome(o) for o in q)),
     "forced": _per_key(bool),
-    "told": _by_identity(
+    "told": by_identity(
         lambda told: frozenset(((_key(k), g), v == "hit") for (k, g), v in told.items() if v != "none")
     ),
-    "sent": _by_identity(_counts),
-    "sentIn": _by_identity(
+    "sent": by_identity(_counts),
+    "sentIn": by_identity(
         lambda sent_in: frozenset(g for g, p in enumerate(sent_in, start=1) if p not in ("never", "PENDING"))
     ),
-    "applied": _by_identity(_counts),
+    "applied": by_identity(_counts),
     "stale": bool,
     "moot": lambda m: m,
-    "backendHit": _by_identity(lambda hits: frozenset((_key(k), g) for k, g in hits)),
+    "backendHit": by_identity(lambda hits: frozenset((_key(k), g) for k, g in hits)),
     # The verdict cache (constant unless CacheOn).
     "mem": _per_key(_verdict),
     "memGen": _per_key(),
-    "recalled": _by_identity(lambda r: frozenset(((_key(k), g), src) for (k, g), src in r.items() if src)),
-    "forgot": _by_identity(lambda f: frozenset((_key(k), g) for k, g in f)),
-    "backendMiss": _by_identity(lambda m: frozenset((_key(k), g) for k, g in m)),
+    "recalled": by_identity(lambda r: frozenset(((_key(k), g), src) for (k, g), src in r.items() if src)),
+    "forgot": by_identity(lambda f: frozenset((_key(k), g) for k, g in f)),
+    "backendMiss": by_identity(lambda m: frozenset((_key(k), g) for k, g in m)),
     # Positioned lookups (constant unless Positioned).
     "posPastMiss": bool,
-    "deferred": _by_identity(lambda d: frozenset((str(r), _key(k)) for r, ks in d.items() for k in ks)),
+    "deferred": by_identity(lambda d: frozenset((str(r), _key(k)) for r, ks in d.items() for k in ks)),
 }
 
 
@@ -545,65 +484,6 @@ def replay_edge(
 def differences(want: View, got: View) -> list[str]:
     """The projected variables that differ, one line each."""
     return [f"{name}: TLA+ {want[name]!r}, reference {got.get(name)!r}" for name in want if want[name] != got.get(name)]
-
-
-# --- symmetry ----------------------------------------------------------------------------------
-
-
-class Permutation:
-    """A renaming of model values (keys and requests), applied to whole TLA+ values.
-
-    Values are renamed once per object (see :func:`_by_identity`): equal
-    values of different states stay one object after renaming, so the
-    memoized projections stay cheap.
-    """
-
-    def __init__(self, mapping: Mapping[ModelValue, ModelValue]) -> None:
-        self.mapping = dict(mapping)
-        self._memo: dict[int, tuple[object, object]] = {}
-
-    def __repr__(self) -> str:
-        moved = {str(a): str(b) for a, b in self.mapping.items() if a != b}
-        return f"Permutation({moved or 'identity'})"
-
-    def value(self, value: object) -> object:
-        """``value`` with every model value renamed (records' field names are strings: kept)."""
-        hit = self._memo.get(id(value))
-        if hit is None:
-            hit = self._memo[id(value)] = (value, self._rename(value))
-        return hit[1]
-
-    def _rename(self, value: object) -> object:
-        if isinstance(value, ModelValue):
-            return self.mapping.get(value, value)
-        if isinstance(value, FrozenDict):
-            return FrozenDict({self.value(k): self.value(v) for k, v in value.items()})
-        if isinstance(value, frozenset):
-            return frozenset(self.value(v) for v in value)
-        if isinstance(value, tuple):
-            return tuple(self.value(v) for v in value)
-        return value
-
-    def state(self, state: TlaState) -> dict[str, object]:
-        """``state`` with every variable's value renamed."""
-        return {name: self.value(v) for name, v in state.items()}
-
-
-def symmetry_group(state: TlaState) -> list[Permutation]:
-    """Every permutation of the keys combined with every permutation of the requests, identity first.
-
-    The group MC.tla's ``Symmetry`` (``Permutations(Keys) \\cup
-    Permutations(Reqs)``) generates: TLC closes the set under composition
-    (on default.cfg's graph 192 edges need a renaming of both at once).  The
-    keys are ``phase``'s domain, the requests ``requests``'s.
-    """
-    keys = sorted(state["phase"])  # type: ignore[call-overload]
-    reqs = sorted(state["requests"])  # type: ignore[call-overload]
-    return [
-        Permutation({**dict(zip(keys, ks, strict=True)), **dict(zip(reqs, rs, strict=True))})
-        for ks in itertools.permutations(keys)
-        for rs in itertools.permutations(reqs)
-    ]
 
 
 def walk_facts(state: TlaState, chain: Iterable[str], *, inferred: bool) -> WalkFacts:

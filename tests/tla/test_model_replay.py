@@ -24,16 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from model_replay import (
-    Permutation,
-    View,
-    differences,
-    replay_edge,
-    symmetry_group,
-    to_model,
-    view_of_model,
-    view_of_tla,
-)
+from model_replay import View, differences, replay_edge, to_model, view_of_model, view_of_tla
+from model_replay_graph import Permutation, symmetry_group
 from mutant_runs import mutant_run
 
 from kvprobe.check import reach_config
@@ -122,6 +114,14 @@ def replay(
         if failures and stop_at_first:
             break
     return replayed, failures
+
+
+def _first_divergence(graph: Graph, action: str, *, cache: bool = False, chain: Sequence[bytes] = ()) -> str:
+    """The first divergence of a slipped reference model on ``graph``, asserted to be at an ``action`` step."""
+    _, failures = replay(graph, stop_at_first=True, cache=cache, chain=chain)
+    assert failures, f"the replay saw no divergence; the slip should show at a {action} step"
+    assert f"-[{action}]->" in failures[0], failures[0]
+    return failures[0]
 
 
 def _reached(
@@ -301,10 +301,7 @@ def test_a_stale_result_slipped_into_the_reference_model_is_the_first_divergence
     # is told the state's own generation), so a stale result is applied.
     correct = model.probe_drain
     monkeypatch.setattr(model, "probe_drain", lambda probe, gen, verdict: correct(probe, probe.gen, verdict))
-    _, failures = replay(default_graph, stop_at_first=True)
-    assert failures, "the replay did not see a stale result applied"
-    first = failures[0]
-    assert "-[Drain]->" in first, first
+    first = _first_divergence(default_graph, "Drain")
     assert any(var in first for var in ("phase:", "verdict:", "gen:", "applied:", "stale:")), first
 
 
@@ -490,9 +487,9 @@ def test_a_recall_slipped_out_of_the_reference_model_is_seen(
         model, "_recalled", lambda s, key, req, verdict, source: correct(s, key, req, verdict, s.next_gen)
     )
     _PREPARED.pop(id(chain_cache_graph), None)
-    _, failures = replay(chain_cache_graph, stop_at_first=True, cache=True)
+    first = _first_divergence(chain_cache_graph, "Lookup", cache=True)
     _PREPARED.pop(id(chain_cache_graph), None)
-    assert failures and "-[Lookup]->" in failures[0] and "recalled:" in failures[0], failures[:1]
+    assert "recalled:" in first, first
 
 
 # --- positioned lookups (tla/positions.cfg) -----------------------------------------------------
@@ -544,5 +541,4 @@ def test_a_rule_that_probes_past_a_miss_is_seen_by_the_positions_replay(
         return "probe" if decided == "past_miss" else decided
 
     monkeypatch.setattr(model_positions, "position_rule", slipped)
-    _, failures = replay(positions_graph, stop_at_first=True, chain=_chain_of(positions_graph))
-    assert failures and "-[Lookup]->" in failures[0], failures[:1]
+    _first_divergence(positions_graph, "Lookup", chain=_chain_of(positions_graph))
