@@ -172,3 +172,28 @@ def test_without_a_start_backlog_new_walks_start_whatever_is_outstanding() -> No
 def test_a_start_backlog_that_is_not_a_positive_int_is_refused(bad: object) -> None:
     with pytest.raises(TierConfigError, match="start_backlog"):
         TierLookupManager(HeldBackend([], set()), "obj", _OPTIONS, start_backlog=bad)  # type: ignore[arg-type]
+
+
+# --- the rule's named mutants, each caught by one of the tests above ------------------
+
+#: Wrong versions of :func:`starts_walk` (outstanding, started this step, start backlog) -> starts.
+MUTANTS = {
+    "always-starts": lambda outstanding, started, limit: True,  # no backlog rule at all
+    "ignores-an-idle-store": lambda outstanding, started, limit: outstanding + started < limit,
+    "ignores-walks-started-this-step": lambda outstanding, started, limit: outstanding == 0 or outstanding < limit,
+}
+CAUGHT_BY = {
+    "always-starts": test_a_new_walk_waits_while_earlier_calls_are_unanswered,
+    "ignores-an-idle-store": test_new_walks_all_start_while_the_store_keeps_up,
+    "ignores-walks-started-this-step": test_one_outstanding_call_lets_one_new_walk_start_per_step,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_each_named_mutant_of_the_start_rule_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvprobe.integrations.vllm.tiers import lookup
+
+    assert set(MUTANTS) == set(CAUGHT_BY)
+    monkeypatch.setattr(lookup, "starts_walk", MUTANTS[name])
+    with pytest.raises(AssertionError):
+        CAUGHT_BY[name]()
