@@ -48,7 +48,7 @@ from bench.fleet.rgw import UNCAPPED, Setup, engine_plans, stored_prefixes
 from bench.fleet.rgw_engine import CHAIN, prompt_keys
 from bench.vllm.engine import MODES, PREFIX, offloading_spec
 
-__all__ = ["figures", "fill_store", "main", "run_mode", "table"]
+__all__ = ["figures", "fill_store", "main", "pressure", "run_mode", "table"]
 
 BUCKET = "vllm-fleet"
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,6 +181,40 @@ def figures(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def pressure(raw: dict[str, Any], duration_s: float, head_rate: float) -> dict[str, Any]:
+    """What bounded one run (:func:`run_mode`'s raw outcome): the store, the pace, the walk or the CPU.
+
+    ``demand``: the ideal HEADs per second of the requests that settled, over
+    the arrivals' ``duration_s``, as a share of ``head_rate`` (above 1: no
+    client can find every stored prefix in a sustained run); ``sent``: the
+    proxy's HEADs per second over the engines' longest run; ``pace``: the
+    engines' final pace rate and its ``w_max`` (medians; None unpaced or not
+    a kvprobe way); ``overruns``: steps whose own work took longer than the
+    step (the CPU); ``scans``: the median scans of a decided request (the
+    walk's rounds); ``stuck_at``: how many undecided requests ended with
+    each count of leading hits.
+    """
+    results = [e["result"] for e in raw["engines"] if e["result"]]
+    outcomes = [o for r in results for o in r["outcomes"]]
+    ideal = sum(min(o["stored"] + 1, CHAIN) for o in outcomes)
+    longest = max((r.get("elapsed_s", 0.0) for r in results), default=0.0)
+    paces = [r["pacing"] for r in results if r.get("pacing") and r["pacing"].get("rate") is not None]
+    decided = [o["scans"] for o in outcomes if o["decided"] and "scans" in o]
+    stuck: dict[int, int] = {}
+    for o in outcomes:
+        if not o["decided"]:
+            stuck[o["leading_hits"]] = stuck.get(o["leading_hits"], 0) + 1
+    return {
+        "demand": ideal / duration_s / head_rate,
+        "sent": raw["proxy"]["heads"] / longest if longest else None,
+        "pace": statistics.median(p["rate"] for p in paces) if paces else None,
+        "pace_w_max": statistics.median(p["w_max"] for p in paces if p.get("w_max")) if paces else None,
+        "overruns": sum(r.get("step_overruns", 0) for r in results),
+        "scans": statistics.median(decided) if decided else None,
+        "stuck_at": dict(sorted(stuck.items())),
+    }
+
+
 _LABELS = {"vllm": "vLLM's obj tier", "switch": "with the one-line switch", "kvprobe": "kvprobe's ObjTier"}
 
 
@@ -241,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for mode in dict.fromkeys(args.modes):
                     began = time.monotonic()
                     raws.append(run_mode(setup, seed, mode, server, proxy, stored))
-                    rows.append(figures(raws[-1]))
+                    rows.append(figures(raws[-1]) | {"pressure": pressure(raws[-1], setup.duration_s, setup.head_rate)})
                     print(f"seed {seed}, {mode}: {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
     cmd = " ".join(["python -m bench.vllm.compare", *(argv if argv is not None else sys.argv[1:])])
     data = {"date": f"{started:%Y-%m-%d %H:%M} UTC", "machine": machine(), "command": cmd, "setup": setup.__dict__}
@@ -253,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{time.monotonic() - clock:.0f} s; raw outcomes in {args.json}\n"
     )
     print(table(rows))
+    for row in rows:
+        print(f"seed {row['seed']}, {row['mode']}: {row['pressure']}")
     return 0
 
 

@@ -25,6 +25,7 @@ return from ``main``: the exit code is the interpreter's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -122,8 +123,10 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     deadline_s, step_s = float(plan["deadline_s"]), float(plan["step_s"])
     waiting = sorted(plan["requests"])
     live: dict[str, tuple[float, int, int, list[bytes], Any]] = {}
+    scans: dict[str, int] = {}  # per live request: how many steps scanned it
     outcomes: list[dict[str, Any]] = []
     started, n, steps = time.monotonic(), 0, 0
+    overruns, busiest_s = 0, 0.0  # steps whose own work took longer than step_s: the CPU, not the store
     while waiting or live:
         step_start = time.monotonic()
         now = step_start - started
@@ -134,10 +137,12 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             for i, key in enumerate(keys):
                 context.set_offload_key_position(key, (i + 1) * TOKENS_PER_BLOCK)
             live[context.req_id] = (arrival, prompt, stored, keys, context)
+            scans[context.req_id] = 0
             n += 1
         for req_id, (arrival, prompt, stored, keys, context) in list(live.items()):
             answers.clear()
             hits = scan(scheduler, keys, context, None, None, 0)
+            scans[req_id] += 1
             leading = next((i for i, a in enumerate(answers) if a is not LookupResult.HIT), len(answers))
             if hits is not None or now - arrival >= deadline_s:
                 outcomes.append(
@@ -147,24 +152,38 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
                         "leading_hits": leading,
                         "decided": hits is not None,
                         "settled_after_s": round(now - arrival, 4),
+                        "scans": scans.pop(req_id),
                     }
                 )
                 tier.on_request_finished(context)
                 del live[req_id]
         tier.on_schedule_end(end_of_step)
         steps += 1
-        time.sleep(max(0.0, step_s - (time.monotonic() - step_start)))
+        took = time.monotonic() - step_start
+        overruns += took > step_s
+        busiest_s = max(busiest_s, took)
+        time.sleep(max(0.0, step_s - took))
     backend = getattr(tier, "lookup_backend", None)
     result = {
         "engine": plan["engine"],
         "mode": plan["mode"],
         "outcomes": outcomes,
         "steps": steps,
+        "step_overruns": overruns,
+        "busiest_step_s": round(busiest_s, 4),
         "backend_stats": None if backend is None else backend.stats,
+        "pacing": None if backend is None else backend.pacing,
+        "pace_trace": None if backend is None else backend.pace_trace,
+        "manager_stats": None if backend is None else _stats_dict(tier),
         "elapsed_s": round(time.monotonic() - started, 2),
     }
     tier.shutdown()
     return result
+
+
+def _stats_dict(tier: Any) -> dict[str, Any]:
+    """The kvprobe manager's counters (batches, backend calls, timeouts) of a kvprobe tier."""
+    return dataclasses.asdict(tier._lookup_manager.stats)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bench.fleet.rgw_engine import CHAIN
-from bench.vllm.compare import figures, table
+from bench.vllm.compare import figures, pressure, table
 from bench.vllm.engine import MODES
 from kvprobe.backends.nixl_obj import NixlObjBackend
 from kvprobe.statemachine.windows import window_end
@@ -53,6 +53,25 @@ def test_the_table_puts_the_modes_side_by_side() -> None:
     assert len(lines) == 2 + len(MODES)
     assert [line.split("|")[3].strip() for line in lines[2:]] == ["1.00x", "2.00x", "3.00x"]
     assert lines[2].startswith("| vLLM's obj tier | 100% |")
+
+
+def test_pressure_puts_the_demand_against_the_cap_and_names_where_walks_stopped() -> None:
+    outcomes = [
+        {"stored": 39, "leading_hits": 39, "decided": True, "scans": 9},  # ideal 40
+        {"stored": 64, "leading_hits": 64, "decided": True, "scans": 11},  # ideal 64
+        {"stored": 30, "leading_hits": 16, "decided": False, "scans": 160},  # ideal 31
+        {"stored": 40, "leading_hits": 16, "decided": False, "scans": 160},  # ideal 41
+        {"stored": 50, "leading_hits": 24, "decided": False, "scans": 160},  # ideal 51
+    ]
+    raw = _raw("kvprobe", outcomes, heads=600, limited=0, exits=[0, 0])
+    raw["engines"][0]["result"] |= {"elapsed_s": 3.0, "step_overruns": 2, "pacing": {"rate": 300.0, "w_max": 310.0}}
+    raw["engines"][1]["result"] |= {"elapsed_s": 4.0, "step_overruns": 1, "pacing": {"rate": None, "w_max": None}}
+    seen = pressure(raw, duration_s=1.0, head_rate=454.0)
+    assert seen["demand"] == 227 / 454  # the ideal HEADs of one second of arrivals, over the cap
+    assert seen["sent"] == 150.0  # 600 HEADs over the longest engine's 4 s
+    assert (seen["pace"], seen["pace_w_max"]) == (300.0, 310.0)  # the unpaced engine has no rate to count
+    assert (seen["overruns"], seen["scans"]) == (3, 10)
+    assert seen["stuck_at"] == {16: 2, 24: 1}
 
 
 def test_a_small_comparison_runs_every_way(tmp_path: Path) -> None:

@@ -25,9 +25,17 @@ from kvprobe.backends.base import Key
 from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.nixl_obj import NixlObjBackend
 from kvprobe.integrations.vllm.manager import AsyncLookupManager
-from kvprobe.integrations.vllm.tiers.options import TierLookupOptions
+from kvprobe.integrations.vllm.tiers.options import TierConfigError, TierLookupOptions
+from kvprobe.statemachine.types import HasReqId
 
-__all__ = ["LookupBackend", "TierLookupManager", "VllmNamedFsBackend", "VllmNamedObjBackend", "wire_name"]
+__all__ = [
+    "LookupBackend",
+    "TierLookupManager",
+    "VllmNamedFsBackend",
+    "VllmNamedObjBackend",
+    "starts_walk",
+    "wire_name",
+]
 
 #: vLLM's name of a block: ``FileMapper.get_file_name``.
 NameOf = Callable[[Key], str]
@@ -96,6 +104,18 @@ class LookupBackend(Protocol):
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]: ...
 
 
+def starts_walk(outstanding: int, started_this_step: int, start_backlog: int) -> bool:
+    """Whether a request that holds no probe yet may start its walk now.
+
+    ``outstanding``: lookup calls submitted at earlier steps and not answered
+    yet; ``started_this_step``: walks this rule already let start since the
+    last flush.  With nothing outstanding the store keeps up and every walk
+    starts; otherwise only while the calls outstanding and the walks just
+    started stay below ``start_backlog``.
+    """
+    return outstanding == 0 or outstanding + started_this_step < start_backlog
+
+
 class TierLookupManager(AsyncLookupManager):
     """The drop-in manager of one kvprobe tier, whose ``batch_lookup`` is a kvprobe backend's.
 
@@ -105,17 +125,36 @@ class TierLookupManager(AsyncLookupManager):
     with nothing stored costs its first window; a backend without one gets
     the drop-in's defaults.
 
+    With ``start_backlog``, a store that cannot keep up serves the walks
+    already under way first.  The calls run one at a time; when calls
+    submitted at earlier steps are still unanswered, a request holding no
+    probe yet does not start its walk (its positioned keys answer None, no
+    probe) unless :func:`starts_walk` allows it.  Sharing the pace among
+    every live request would leave each walk a round per cycle of all the
+    others, until none is decided by its deadline.  A held-back request
+    starts once the backlog falls (every call ends by the lookup timeout).
+    Keys without a recorded position are never held back.
+
     Args:
         backend: the tier's kvprobe backend.
         tier_type: the tier's name (worker thread, error messages).
         options: the tier config's kvprobe keys.
+        start_backlog: None (every walk starts at once) or the calls
+            outstanding at which new walks wait.
 
     Raises:
+        TierConfigError: ``start_backlog`` is not None or an int of at least 1.
         As :class:`kvprobe.integrations.vllm.AsyncLookupManager`.
     """
 
-    def __init__(self, backend: LookupBackend, tier_type: str, options: TierLookupOptions) -> None:
+    def __init__(
+        self, backend: LookupBackend, tier_type: str, options: TierLookupOptions, start_backlog: int | None = None
+    ) -> None:
+        if start_backlog is not None and (type(start_backlog) is not int or start_backlog < 1):
+            raise TierConfigError("start_backlog", f"must be None or an int of at least 1, got {start_backlog!r}")
         self.backend = backend
+        self.start_backlog = start_backlog
+        self._started_this_step = 0
         schedule = getattr(backend, "chain_schedule", None)
         super().__init__(
             tier_type,
@@ -125,6 +164,36 @@ class TierLookupManager(AsyncLookupManager):
             chain_window_growth=None if schedule is None else schedule[1],
             verdict_cache=options.verdict_cache,
         )
+
+    def lookup(self, key: Key, req_context: HasReqId) -> bool | None:
+        """The drop-in's ``lookup``, but None without a probe for a walk held back by the backlog."""
+        if self.start_backlog is not None and self._held_back(key, req_context):
+            return None
+        return super().lookup(key, req_context)
+
+    def _held_back(self, key: Key, req_context: HasReqId) -> bool:
+        manager = self.manager
+        req_id = getattr(req_context, "req_id", None)
+        if manager.closed or type(req_id) is not str or type(key) is not bytes:
+            return False  # after shutdown, or bad input: the drop-in answers (or refuses) it
+        core = manager.core
+        if req_id in core.requests:
+            return False  # its walk has started
+        position_of = getattr(req_context, "get_offload_key_position", None)
+        if position_of is None or type(position_of(key)) is not int:
+            return False
+        if core.inbox:
+            manager.drain_results()
+        assert self.start_backlog is not None
+        if starts_walk(len(core.outstanding), self._started_this_step, self.start_backlog):
+            self._started_this_step += 1
+            return False
+        return True
+
+    def flush(self) -> None:
+        """The drop-in's ``flush``; the next step may start walks again."""
+        self._started_this_step = 0
+        super().flush()
 
     def batch_lookup(self, keys: list[Key], req_context: object) -> list[bool]:
         """The backend's verdicts (the manager turns its errors into MISS)."""

@@ -28,7 +28,11 @@ from kvprobe.integrations.vllm.tiers.options import (
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
 
-__all__ = ["ObjTier"]
+__all__ = ["START_BACKLOG", "ObjTier"]
+
+#: New walks wait while this many lookup calls are outstanding (:class:`TierLookupManager`'s
+#: ``start_backlog``): one running and one queued keep the tier's one call at a time busy.
+START_BACKLOG = 2
 
 
 def endpoint_url(store: ObjStoreConfig) -> str:
@@ -127,7 +131,9 @@ class ObjTier(ObjectStoreSecondaryTierManager):  # type: ignore[misc]
         except BaseException:
             super().shutdown()
             raise
-        self._lookup_manager = TierLookupManager(self.lookup_backend, self.tier_type, lookup_options)
+        self._lookup_manager = TierLookupManager(
+            self.lookup_backend, self.tier_type, lookup_options, start_backlog=START_BACKLOG
+        )
 
     def _make_lookup_backend(
         self, store: ObjStoreConfig, prefix: str, options: ObjLookupOptions
