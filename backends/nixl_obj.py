@@ -7,9 +7,10 @@ failure of any one HEAD raises for the whole query.
 
 How a group is looked up (see :mod:`kvprobe.backends._obj_lookup`): its keys
 are cut into queries of at most ``agent_threads`` keys, run on a shared pool
-of ``ceil(num_threads / agent_threads)`` threads, each with its own NIXL
-agent, so ``num_threads`` HEADs are in flight per backend (one NIXL agent
-alone keeps about 25 in flight whatever its own ``num_threads`` says).  NIXL
+of threads, each with its own NIXL agent, so ``num_threads`` HEADs are in
+flight per backend (one NIXL agent alone keeps about 25 in flight whatever
+its own ``num_threads`` says): ``ceil(num_threads / agent_threads)``
+queries at once, and up to ``QUERY_SPREAD`` times as many smaller ones.  NIXL
 keeps no answer of a query in which one HEAD failed, so the query size
 adapts (halved by a failure, one key more after each full-size success) and
 a failed query's keys are retried in parts of that size (at most half of
@@ -129,6 +130,7 @@ from kvprobe.backends.layout import relative_name
 
 __all__ = [
     "PACE_SCOPES",
+    "QUERY_SPREAD",
     "BucketNotFoundError",
     "NixlObjBackend",
     "ObjStoreUnavailableError",
@@ -136,6 +138,9 @@ __all__ = [
     "retry_after_of",
 ]
 
+#: How many times ``agents`` queries may run at once when failures have shrunk them (each on its own NIXL
+#: agent, created when first needed): the HEADs in flight stay at ``num_threads``, as few agents at full size.
+QUERY_SPREAD = 4
 #: NIXL probes of a throttling store at construction, 0.1, 0.2, 0.4 s apart.
 _PROBE_ATTEMPTS, _PROBE_BACKOFF_S = 4, 0.1
 _log = logging.getLogger(__name__)
@@ -283,6 +288,7 @@ class NixlObjBackend:
         self.num_threads = num_threads
         self.agent_threads = min(agent_threads, num_threads)
         self.agents = math.ceil(num_threads / self.agent_threads)
+        self.max_queries = min(num_threads, QUERY_SPREAD * self.agents)
         self.deadline_s = float(deadline_s)
         self.max_attempts = max_attempts
         self.connect_timeout_s = float(connect_timeout_s)
@@ -319,7 +325,7 @@ class NixlObjBackend:
             "obj",
             "OBJ",
             params,
-            max_agents=self.agents + 1,  # one more for check_connection while lookups run
+            max_agents=self.max_queries + 1,  # one more for check_connection while lookups run
             before_create=lambda: bounded_sdk_retries(max_attempts),
         )
         #: The store's pace, shared by every backend of the process (or, with
@@ -337,6 +343,7 @@ class NixlObjBackend:
             query_one=self._head_one if retry_with_boto3 and _has_boto3() else None,
             pacer=self.pacer,
             retry_after=retry_after_of,
+            max_queries=self.max_queries,
         )
         if check:
             try:
@@ -660,7 +667,7 @@ class NixlObjBackend:
                 connect_timeout=self.connect_timeout_s,
                 read_timeout=self.connect_timeout_s,
                 retries={"total_max_attempts": 1},
-                max_pool_connections=max(10, self.agents + 1),
+                max_pool_connections=max(10, self.max_queries + 1),
                 s3={"addressing_style": "path"},
             ),
         )
