@@ -10,12 +10,6 @@ group's keys read as MISS without ever being asked.  Here each caller
 thread takes the next task of the next owner in turn (round robin), so a
 small group waits for at most one chunk of each other group.
 
-A task may carry a weight (the object backend's: the HEADs of its query)
-and the pool a budget of weight running at once: the next task in turn
-waits for the running ones to make room (one task always runs, whatever
-its weight).  So the pool can hold many threads for small queries while
-the HEADs in flight stay bounded.
-
 :class:`RoundRobin` is the queue discipline alone (no threads, no clock): the
 pool uses it, and so does the fleet simulator (``bench.fleet``).
 """
@@ -66,16 +60,6 @@ class RoundRobin(Generic[OwnerT, ItemT]):
         self._size -= 1
         return owner, item
 
-    def peek(self) -> ItemT:
-        """The item :meth:`take` would return next, left queued.
-
-        Raises:
-            IndexError: nothing is queued.
-        """
-        if not self._queues:
-            raise IndexError("peek at an empty RoundRobin")
-        return next(iter(self._queues.values()))[0]
-
     def clear(self) -> list[ItemT]:
         """Remove and return every queued item."""
         items = [item for queue in self._queues.values() for item in queue]
@@ -87,7 +71,7 @@ class RoundRobin(Generic[OwnerT, ItemT]):
         return self._size
 
 
-_Task = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], int]
+_Task = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
 
 class FairPool:
@@ -96,34 +80,21 @@ class FairPool:
     A task whose future was cancelled before its turn is skipped.  After
     :meth:`shutdown`, queued tasks are cancelled and :meth:`submit` raises
     ``RuntimeError``; a task already running finishes in its thread.
-
-    Args:
-        workers: threads (tasks running at once, at most).
-        name: the threads' name prefix.
-        budget: the most weight running at once (None: no limit but
-            ``workers``); a task heavier than the budget runs alone.
-
-    Raises:
-        ValueError: ``workers`` or ``budget`` is below 1.
     """
 
-    def __init__(self, workers: int, name: str, budget: int | None = None) -> None:
+    def __init__(self, workers: int, name: str) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        if budget is not None and budget < 1:
-            raise ValueError(f"budget must be >= 1 or None, got {budget}")
         self._cond = threading.Condition()
         self._queue: RoundRobin[Hashable, _Task] = RoundRobin()
         self._closed = False
-        self._budget = budget
-        self._running_weight = 0
         for i in range(workers):
             # Daemon: a thread blocked in a hung request must not keep the
             # interpreter from exiting (the deadline has long given up on it).
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True).start()
 
-    def submit(self, owner: Hashable, fn: Callable[..., Any], *args: Any, weight: int = 1) -> Future[Any]:
-        """Queue ``fn(*args)`` behind ``owner``'s earlier tasks; it counts ``weight`` against the budget while it runs.
+    def submit(self, owner: Hashable, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Queue ``fn(*args)`` behind ``owner``'s earlier tasks.
 
         Raises:
             RuntimeError: the pool was shut down.
@@ -132,7 +103,7 @@ class FairPool:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the pool was shut down")
-            self._queue.put(owner, (future, fn, args, weight))
+            self._queue.put(owner, (future, fn, args))
             self._cond.notify()
         return future
 
@@ -140,34 +111,23 @@ class FairPool:
         """Cancel what has not started and let the threads end.  Idempotent."""
         with self._cond:
             self._closed = True
-            for future, _, _, _ in self._queue.clear():
+            for future, _, _ in self._queue.clear():
                 future.cancel()
             self._cond.notify_all()
-
-    def _fits(self) -> bool:
-        """The next task in turn may start: within the budget, or nothing else running."""
-        if self._budget is None or self._running_weight == 0:
-            return True
-        return self._running_weight + self._queue.peek()[3] <= self._budget
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and not (self._queue and self._fits()):
+                while not self._queue and not self._closed:
                     self._cond.wait()
                 if not self._queue:
                     return  # closed and drained
-                _, (future, fn, args, weight) = self._queue.take()
-                if not future.set_running_or_notify_cancel():
-                    continue  # cancelled before its turn
-                self._running_weight += weight
+                _, (future, fn, args) = self._queue.take()
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled before its turn
             try:
                 result = fn(*args)
             except BaseException as exc:  # handed to the caller through the future
                 future.set_exception(exc)
             else:
                 future.set_result(result)
-            finally:
-                with self._cond:
-                    self._running_weight -= weight
-                    self._cond.notify_all()

@@ -7,13 +7,9 @@ about 25 HEADs in flight whatever its ``num_threads`` says (the AWS C++ SDK's
 default connection limit).  So a group is never one call:
 
 * the keys are cut into **chunks** of ``agent_threads`` keys (one round of
-  parallel HEADs on one agent), run on a shared pool of threads, each
-  thread querying with its own NIXL agent: ``agents * agent_threads``
-  HEADs in flight per backend, whatever the number of concurrent groups
-  and whatever the size of the queries (the pool runs up to
-  ``max_queries`` of them at once, smaller ones more: queries shrunk to 2
-  keys by random 503s would otherwise keep 8 HEADs in flight instead of 64,
-  and a loaded host's call outlast its deadline);
+  parallel HEADs on one agent), run on a shared pool of ``agents`` threads,
+  each thread querying with its own NIXL agent: ``agents * agent_threads``
+  HEADs in flight per backend, whatever the number of concurrent groups;
   concurrent groups take **turns** on the pool (round robin, not first come
   first served), so a small group waits for at most one chunk of each
   larger group ahead of it;
@@ -187,12 +183,6 @@ class ChunkedLookup:
         pacer: the store's pace, shared (None: unpaced, never shed).
         retry_after: ``retry_after(exc) -> seconds | None``, the store's
             ``Retry-After`` carried by a failure, for the pacer.
-        max_queries: queries at once when they are small (None: ``agents``);
-            whatever their size, the names of the queries running stay
-            within ``agents * chunk``.
-
-    Raises:
-        ValueError: ``max_queries`` is below ``agents``.
     """
 
     def __init__(
@@ -208,10 +198,7 @@ class ChunkedLookup:
         query_one_from: int = 2,
         pacer: Pacer | None = None,
         retry_after: Callable[[BaseException], float | None] | None = None,
-        max_queries: int | None = None,
     ) -> None:
-        if max_queries is not None and max_queries < agents:
-            raise ValueError(f"max_queries must be at least agents ({agents}), got {max_queries}")
         self._query = query
         self._query_one = query_one
         self._query_one_from = query_one_from
@@ -223,14 +210,12 @@ class ChunkedLookup:
         self.counters = LookupCounters()
         self.sizes = QuerySize(chunk)
         self._agents = agents
-        self.max_queries = max_queries or agents
-        self.heads_budget = agents * chunk  # names in the queries running at once, across calls
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # the shared QuerySize and query duration
         self._query_s = 0.0  # a successful query's usual duration (smoothed): a shed's margin
         # Concurrent runs take turns on the pool (not FIFO): a small group
         # never waits behind every chunk of a large one (see _fair_pool).
-        self._pool = FairPool(self.max_queries, "kvprobe-obj", budget=self.heads_budget)
+        self._pool = FairPool(agents, "kvprobe-obj")
         self._closed = False
 
     def run(self, names: Sequence[str], deadline_s: float) -> RunResult:
@@ -368,18 +353,12 @@ class _Call:
                 return
             self._submit(self.held[1])
             self.held = None
-        while len(self.running) < engine.max_queries:
-            size = engine.query_size()
-            if self.plan.unsent:
-                want = size
-            elif self.backlog:
-                want = self.backlog[0].stop - self.backlog[0].start
-            else:
+        while len(self.running) < engine._agents:
+            chunk = self.plan.next_first(engine.query_size()) if self.plan.unsent else None
+            if chunk is None and self.backlog:
+                chunk = self.backlog.popleft()
+            if chunk is None:
                 return
-            if self.running and self.heads_in_pool() + want > engine.heads_budget:
-                return  # the pool holds this call's share of HEADs already
-            first = self.plan.next_first(size)
-            chunk = first if first is not None else self.backlog.popleft()
             if engine.pacer is None:
                 self._submit(chunk)
                 continue
@@ -398,17 +377,11 @@ class _Call:
                 return
             self._submit(chunk)
 
-    def heads_in_pool(self) -> int:
-        """Names of this call's queries queued in the pool or running."""
-        return sum(chunk.stop - chunk.start for chunk in self.running.values())
-
     def _submit(self, chunk: Chunk) -> None:
         engine = self.engine
         single = chunk.attempt >= engine._query_one_from and chunk.stop - chunk.start == 1
         names = self.names[chunk.start : chunk.stop]
-        future = engine._pool.submit(
-            self.plan, engine._guarded, self.cancelled, names, single, weight=chunk.stop - chunk.start
-        )
+        future = engine._pool.submit(self.plan, engine._guarded, self.cancelled, names, single)
         self.running[future] = chunk
 
     def end(self) -> tuple[list[bool], int, dict[str, int]]:

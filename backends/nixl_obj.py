@@ -7,10 +7,9 @@ failure of any one HEAD raises for the whole query.
 
 How a group is looked up (see :mod:`kvprobe.backends._obj_lookup`): its keys
 are cut into queries of at most ``agent_threads`` keys, run on a shared pool
-of threads, each with its own NIXL agent, so ``num_threads`` HEADs are in
-flight per backend (one NIXL agent alone keeps about 25 in flight whatever
-its own ``num_threads`` says): ``ceil(num_threads / agent_threads)``
-queries at once, and up to ``QUERY_SPREAD`` times as many smaller ones.  NIXL
+of ``ceil(num_threads / agent_threads)`` threads, each with its own NIXL
+agent, so ``num_threads`` HEADs are in flight per backend (one NIXL agent
+alone keeps about 25 in flight whatever its own ``num_threads`` says).  NIXL
 keeps no answer of a query in which one HEAD failed, so the query size
 adapts (halved by a failure, one key more after each full-size success) and
 a failed query's keys are retried in parts of that size (at most half of
@@ -112,17 +111,12 @@ from kvprobe.backends.layout import relative_name
 
 __all__ = [
     "PACE_SCOPES",
-    "QUERY_SPREAD",
     "BucketNotFoundError",
     "NixlObjBackend",
     "ObjStoreUnavailableError",
     "classify_failure",
     "retry_after_of",
 ]
-
-#: How many times ``agents`` queries may run at once when failures have shrunk them (each on its own NIXL
-#: agent, created when first needed): the HEADs in flight stay at ``num_threads``, as few agents at full size.
-QUERY_SPREAD = 4
 
 
 def _has_boto3() -> bool:
@@ -267,7 +261,6 @@ class NixlObjBackend:
         self.num_threads = num_threads
         self.agent_threads = min(agent_threads, num_threads)
         self.agents = math.ceil(num_threads / self.agent_threads)
-        self.max_queries = min(num_threads, QUERY_SPREAD * self.agents)
         self.deadline_s = float(deadline_s)
         self.max_attempts = max_attempts
         self.connect_timeout_s = float(connect_timeout_s)
@@ -304,7 +297,7 @@ class NixlObjBackend:
             "obj",
             "OBJ",
             params,
-            max_agents=self.max_queries + 1,  # one more for check_connection while lookups run
+            max_agents=self.agents + 1,  # one more for check_connection while lookups run
             before_create=lambda: bounded_sdk_retries(max_attempts),
         )
         #: The store's pace, shared by every backend of the process (or, with
@@ -322,7 +315,6 @@ class NixlObjBackend:
             query_one=self._head_one if retry_with_boto3 and _has_boto3() else None,
             pacer=self.pacer,
             retry_after=retry_after_of,
-            max_queries=self.max_queries,
         )
         if check:
             try:
@@ -588,5 +580,5 @@ class NixlObjBackend:
             self.region,
             (self._access_key, self._secret_key, self._session_token),
             timeout_s=self.connect_timeout_s,
-            connections=max(10, self.max_queries + 1),
+            connections=max(10, self.agents + 1),
         )

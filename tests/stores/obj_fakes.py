@@ -19,7 +19,7 @@ class FakeStore:
 
     ``fail_times[name]``: how many more queries holding ``name`` fail whole,
     raising ``error()`` (NIXL's ``NIXL_ERR_BACKEND`` by default).
-    Records each query's size and first name, and the peaks of concurrent queries and of their names.
+    Records each query's size and first name, and the peak of concurrent queries.
     """
 
     def __init__(
@@ -38,8 +38,6 @@ class FakeStore:
         self.lock = threading.Lock()
         self.concurrent = 0
         self.peak = 0
-        self.names_in_flight = 0
-        self.peak_names = 0  # the most names in the queries running at once (HEADs in flight)
 
     def query(self, names: Sequence[str]) -> list[Any]:
         with self.lock:
@@ -47,8 +45,6 @@ class FakeStore:
             self.order.append(names[0])
             self.concurrent += 1
             self.peak = max(self.peak, self.concurrent)
-            self.names_in_flight += len(names)
-            self.peak_names = max(self.peak_names, self.names_in_flight)
             failing = [n for n in names if self.fail_times[n] > 0]
             for n in failing:
                 self.fail_times[n] -= 1
@@ -61,7 +57,6 @@ class FakeStore:
         finally:
             with self.lock:
                 self.concurrent -= 1
-                self.names_in_flight -= len(names)
 
 
 SLOWDOWN = (
