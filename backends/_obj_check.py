@@ -11,11 +11,26 @@ throttling where a HEAD's bare 503 could be any gateway's outage.  The
 random name's HEAD is sent whatever the bucket's answer was; when it is
 throttled too, :func:`check_bucket` says the absence was not seen, and the
 backend must see it (through its own lookups) before it trusts a verdict.
+
+Then :func:`probe_store` sends one NIXL query of another random name, which
+must read absent too.  A probe that fails is sent again (a gateway answering
+a random share of requests 503 fails one probe in five at 20 %); failing
+each time, it is accepted with a logged warning if boto3's HEAD of the same
+name was throttled each time too (NIXL does not say why its query failed),
+and refused otherwise.  Throttling never skips the check that a name never
+written reads absent: when no such name was answered at start-up, every
+lookup call asks for one more, and trusts no verdict until it reads absent
+(the call raises :class:`ObjStoreUnavailableError` meanwhile: MISS for the
+group); one that reads as stored refuses that call and every later one.
+Without ``boto3`` only the NIXL probe runs.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from kvprobe.backends._obj_sdk import classify_failure
@@ -26,8 +41,13 @@ __all__ = [
     "ObjStoreUnavailableError",
     "check_bucket",
     "head_throttled",
+    "probe_store",
     "random_absent_name",
 ]
+
+#: NIXL probes of a throttling store at construction, 0.1, 0.2, 0.4 s apart.
+PROBE_ATTEMPTS, PROBE_BACKOFF_S = 4, 0.1
+_log = logging.getLogger(__name__)
 
 
 class ObjStoreUnavailableError(ConnectionError):
@@ -131,3 +151,57 @@ def head_throttled(client: Any, bucket: str, name: str) -> bool:
     except Exception as exc:
         return classify_failure(exc, 0.0) == "throttled"
     return False
+
+
+def probe_store(
+    query: Callable[[Sequence[str]], list[Any]],
+    client: Any,
+    bucket: str,
+    prefix: str,
+    where: str,
+    bucket_check: BucketCheck,
+) -> bool:
+    """Query a random name through NIXL (``query``); return whether a name never written was seen absent.
+
+    ``client``: boto3's (None without boto3: any failure refuses the store);
+    ``bucket_check``: what :func:`check_bucket` found.  False means the
+    store throttled every probe and no absence was seen: the caller must
+    see one before trusting a verdict.
+
+    Raises:
+        ObjStoreUnavailableError: the name reads as stored (not an S3
+            server), or NIXL's query kept failing while boto3's HEAD of the
+            same name was answered (or without boto3).
+    """
+    throttled = bucket_check.throttled
+    failure: Exception | None = None
+    answered_elsewhere = client is None  # without boto3, no failure can be told apart as throttling
+    probe = random_absent_name(prefix)
+    for attempt in range(PROBE_ATTEMPTS):
+        try:
+            answers = query([probe])
+        except Exception as exc:
+            failure = exc
+        else:
+            if answers and answers[0] is not None:
+                raise ObjStoreUnavailableError(
+                    f"{where}: a random object name {probe!r} reads as stored through NIXL: not an S3 server"
+                )
+            return True
+        if client is not None and head_throttled(client, bucket, probe):
+            throttled = True
+        else:
+            answered_elsewhere = True
+        if attempt + 1 < PROBE_ATTEMPTS:
+            time.sleep(PROBE_BACKOFF_S * 2**attempt)
+    if not answered_elsewhere:
+        _log.warning(
+            "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it%s",
+            where,
+            "" if bucket_check.absence_seen else ", and no verdict is trusted until a name never written reads absent",
+        )
+        return bucket_check.absence_seen
+    raise ObjStoreUnavailableError(
+        f"{where}: NIXL cannot query it ({type(failure).__name__}: {failure})"
+        + (" (the store was throttling too)" if throttled else "")
+    ) from failure

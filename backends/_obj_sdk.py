@@ -13,10 +13,11 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from kvprobe.backends._pacing import parse_retry_after
 
-__all__ = ["bounded_sdk_retries", "classify_failure", "retry_after_of"]
+__all__ = ["bounded_sdk_retries", "classify_failure", "new_s3_client", "retry_after_of"]
 
 _ENV_LOCK = threading.Lock()
 
@@ -97,3 +98,43 @@ def retry_after_of(exc: BaseException) -> float | None:
         return None
     value = next((v for k, v in headers.items() if str(k).lower() == "retry-after"), None)
     return parse_retry_after(str(value)) if value is not None else None
+
+
+def new_s3_client(
+    endpoint_url: str | None,
+    region: str,
+    credentials: tuple[str | None, str | None, str | None],
+    *,
+    timeout_s: float,
+    connections: int,
+) -> Any:
+    """A boto3 S3 client with one attempt per request (the caller retries), path addressing, short timeouts.
+
+    ``credentials``: access key, secret key, session token (None: the SDK's chain).
+
+    Raises:
+        ImportError: boto3 is missing (names ``kvprobe[s3]``).
+    """
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:
+        raise ImportError(
+            "NixlObjBackend's connection check and writers need boto3; pip install 'kvprobe[s3]'"
+        ) from exc
+    access_key, secret_key, session_token = credentials
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        aws_session_token=session_token,
+        config=Config(
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            retries={"total_max_attempts": 1},
+            max_pool_connections=connections,
+            s3={"addressing_style": "path"},
+        ),
+    )

@@ -74,26 +74,10 @@ its pool thread and its answer is dropped, while queued chunks are
 cancelled, so a frozen server holds at most ``num_threads`` HEADs and
 recovery after it thaws is immediate.
 
-Connection check at construction: a ``HeadBucket`` and a ``HeadObject`` of a
-random name through ``boto3`` (the ``s3`` extra) with one attempt and short
-timeouts, because a missing bucket is invisible to ``query_memory`` (every
-key just looks missing), and because a server that is not S3 (a plain web
-server answering 200 to everything) would make every key look stored: the
-bucket answer must carry S3's ``x-amz-`` headers and the random name must be
-absent.  Then one NIXL query of another random name, which must read
-absent too.  Any failure raises :class:`ObjStoreUnavailableError` naming
-the endpoint and the cause, except throttling: a fleet starting against a
-store it already saturates must not fail to start, so a throttled
-``HeadBucket`` is confirmed by a one-key listing (whose ``SlowDown`` body
-names S3's throttling, where a HEAD's bare 503 could be any gateway's
-outage), and a NIXL probe failing while boto3's HEAD of the same name is
-throttled is retried, then accepted with a logged warning.  Throttling
-never skips the check that a name never written reads absent: when no such
-name was answered at start-up, every lookup call asks for one more, and
-trusts no verdict until it reads absent (the call raises
-:class:`ObjStoreUnavailableError` meanwhile: MISS for the group); one that
-reads as stored refuses that call and every later one.  Without ``boto3``
-only the NIXL probe runs (a warning says what is not checked).
+Connection check at construction (:mod:`kvprobe.backends._obj_check`):
+the bucket exists, the endpoint is S3 (a random name reads absent, through
+boto3 and through NIXL), and a store that is only throttling is accepted
+(its verdicts trusted once a name never written reads absent).
 
 Writers (``store``/``remove``) PUT and DELETE through ``boto3``, an S3 client
 independent of NIXL, so tests check NIXL's verdicts against a separate truth.
@@ -101,11 +85,9 @@ independent of NIXL, so tests check NIXL's verdicts against a separate truth.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import threading
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -118,11 +100,11 @@ from kvprobe.backends._obj_check import (
     BucketNotFoundError,
     ObjStoreUnavailableError,
     check_bucket,
-    head_throttled,
+    probe_store,
     random_absent_name,
 )
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy, deadline_under
-from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, retry_after_of
+from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, new_s3_client, retry_after_of
 from kvprobe.backends._pacing import Pacer, shared_pacer
 from kvprobe.backends.base import Key, Verdicts
 from kvprobe.backends.layout import relative_name
@@ -135,10 +117,6 @@ __all__ = [
     "classify_failure",
     "retry_after_of",
 ]
-
-#: NIXL probes of a throttling store at construction, 0.1, 0.2, 0.4 s apart.
-_PROBE_ATTEMPTS, _PROBE_BACKOFF_S = 4, 0.1
-_log = logging.getLogger(__name__)
 
 
 def _has_boto3() -> bool:
@@ -531,16 +509,8 @@ class NixlObjBackend:
     def check_connection(self) -> None:
         """Verify the endpoint answers, the bucket exists and NIXL can query it.
 
-        A store that is throttling (a fleet sharing it at start-up) is not an
-        unusable one: a throttled ``HeadBucket`` is followed by a one-key
-        listing (a GET, whose ``SlowDown`` names S3's throttling in its body),
-        and a NIXL probe that fails is sent again, up to four times 0.1, 0.2
-        and 0.4 s apart (a random 503 is no refusal); failing each time, it is
-        accepted with a warning logged (the lookups then pace to the store)
-        if boto3's HEAD of the same name was throttled each time too, and
-        refused otherwise.  If no random name was
-        seen to read absent, the lookups see one before trusting a verdict
-        (see the module docstring).
+        A store that is only throttling is accepted, its verdicts trusted once
+        a name never written reads absent (see :mod:`kvprobe.backends._obj_check`).
 
         Raises:
             BucketNotFoundError: HeadBucket (or the listing) said 404 (checked only with boto3).
@@ -559,47 +529,10 @@ class NixlObjBackend:
                 stacklevel=3,
             )
             client = None
-        throttled, absence_seen = (
+        bucket_check = (
             BucketCheck(False, False) if client is None else check_bucket(client, self.bucket, self.prefix, where)
         )
-        failure: Exception | None = None
-        answered_elsewhere = client is None  # without boto3, no failure can be told apart as throttling
-        probe = random_absent_name(self.prefix)
-        for attempt in range(_PROBE_ATTEMPTS):
-            try:
-                with self._pool.agent() as agent:
-                    answers = agent.query_memory([(0, 1, 0, probe)], "OBJ", "OBJ")
-            except Exception as exc:
-                failure = exc
-            else:
-                if answers and answers[0] is not None:
-                    raise ObjStoreUnavailableError(
-                        f"{where}: a random object name {probe!r} reads as stored through NIXL: not an S3 server"
-                    )
-                self._verified = True
-                return
-            # NIXL does not say why its query failed; boto3's HEAD of the same
-            # name does.  Even when boto3 is answered, the probe is sent again:
-            # a gateway answering a random share of requests 503 fails one
-            # probe in five at 20 %, and that is no reason to refuse the store.
-            if client is not None and head_throttled(client, self.bucket, probe):
-                throttled = True
-            else:
-                answered_elsewhere = True
-            if attempt + 1 < _PROBE_ATTEMPTS:
-                time.sleep(_PROBE_BACKOFF_S * 2**attempt)
-        if not answered_elsewhere:
-            self._verified = absence_seen
-            _log.warning(
-                "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it%s",
-                where,
-                "" if absence_seen else ", and no verdict is trusted until a name never written reads absent",
-            )
-            return
-        raise ObjStoreUnavailableError(
-            f"{where}: NIXL cannot query it ({type(failure).__name__}: {failure})"
-            + (" (the store was throttling too)" if throttled else "")
-        ) from failure
+        self._verified = probe_store(self._query, client, self.bucket, self.prefix, where, bucket_check)
 
     def close(self) -> None:
         """Release the pool's threads and the NIXL agents; later lookups raise RuntimeError.  Idempotent.
@@ -642,25 +575,10 @@ class NixlObjBackend:
             return self._s3
 
     def _new_client(self) -> Any:
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError as exc:
-            raise ImportError(
-                "NixlObjBackend's connection check and writers need boto3; pip install 'kvprobe[s3]'"
-            ) from exc
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name=self.region,
-            aws_access_key_id=self._access_key,
-            aws_secret_access_key=self._secret_key,
-            aws_session_token=self._session_token,
-            config=Config(
-                connect_timeout=self.connect_timeout_s,
-                read_timeout=self.connect_timeout_s,
-                retries={"total_max_attempts": 1},
-                max_pool_connections=max(10, self.agents + 1),
-                s3={"addressing_style": "path"},
-            ),
+        return new_s3_client(
+            self.endpoint_url,
+            self.region,
+            (self._access_key, self._secret_key, self._session_token),
+            timeout_s=self.connect_timeout_s,
+            connections=max(10, self.agents + 1),
         )

@@ -73,6 +73,7 @@ def one_run(creds: dict[str, Any], seed: int) -> Run:
 
     keys = [k for pair in zip(STORED, ABSENT, strict=True) for k in pair]
     stored = set(STORED)
+    began = time.monotonic()
     try:
         backend = NixlObjBackend(BUCKET, seed=seed, **creds)
     except ObjStoreUnavailableError:
@@ -92,7 +93,7 @@ def one_run(creds: dict[str, Any], seed: int) -> Run:
             for ctx, _ in requests:
                 m.cleanup(ctx.req_id)
             timeouts = m.stats.timeouts
-        pacing, stats = backend.pacing, backend.stats
+        pacing, stats, trace = backend.pacing, backend.stats, backend.pace_trace
     finally:
         backend.close()
     flat = [(k, v) for (_, ks), vs in zip(requests, answers.values(), strict=True) for k, v in zip(ks, vs, strict=True)]
@@ -106,7 +107,23 @@ def one_run(creds: dict[str, Any], seed: int) -> Run:
         "decreases": pacing.get("decreases"),
         "shed": stats.get("shed"),
         "miss_failing": stats.get("miss_failing"),
+        # Why keys were lost, when some are: how hard the retries worked, and what the pace made of the 503s.
+        "queries": stats.get("queries"),
+        "failed_queries": stats.get("failed_queries"),
+        "retried_keys": stats.get("retried_keys"),
+        "miss_in_flight": stats.get("miss_in_flight"),
+        "miss_not_started": stats.get("miss_not_started"),
+        "undone": pacing.get("undone"),
+        "served": pacing.get("served"),
+        "host_fallbacks": pacing.get("host_fallbacks"),
+        "lowest_rate": min((e["rate_after"] for e in trace if _since(e, began)), default=None),
     }
+
+
+def _since(event: dict[str, Any], began: float) -> bool:
+    """A pace decision of this run that left a rate (the host pace's trace outlives a run)."""
+    at = event.get("at")
+    return isinstance(at, float) and at >= began and isinstance(event.get("rate_after"), float)
 
 
 def campaign(loss: float, runs: int, shared: bool, proxy: Any, creds: dict[str, Any]) -> list[Run]:
@@ -141,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.objstore.random_loss", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs per setting (default 20)")
     parser.add_argument("--loss", type=float, nargs="+", default=[0.05, 0.20], help="shares of requests answered 503")
+    parser.add_argument(
+        "--pace", choices=("fresh", "shared", "both"), default="both", help="host pace per run, one shared, or both"
+    )
     parser.add_argument("--verbose", action="store_true", help="print each run's counts")
     args = parser.parse_args(argv)
     if args.runs < 1 or not all(0.0 <= x < 1.0 for x in args.loss):
@@ -154,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     with store_under_loss() as (proxy, creds):
         for loss in args.loss:
-            for shared in (False, True):
+            for shared in {"fresh": (False,), "shared": (True,), "both": (False, True)}[args.pace]:
                 runs = campaign(loss, args.runs, shared, proxy, creds)
                 if args.verbose:
                     for r in runs:

@@ -1,12 +1,15 @@
 """Issue 39's acceptance, small: random 503s that are not load cost no verdict (RGW behind a fault proxy).
 
 ``bench/objstore/random_loss.py`` runs the whole campaign (20 runs per
-setting); this is three runs at 5 % random ``503 SlowDown``, each with a
-fresh host pace.  Every key must be answered, no absent key True, and at
-least 99 % of the stored keys True in each run (40 of 40 campaign runs at
-5 % kept 100 %).  Not asserted here because NOT met: at 20 % with one host
-pace shared across runs, 2 of 20 campaign runs kept 97.8 % and 91.3 % (keys
-whose retries still failed at the deadline; docs/performance.md).
+setting); here three runs per setting.  Asserted in every run: no absent
+key True, every key answered, no start-up refused, no key shed (the pace
+never gives a key up for loss that is not load), and every stored key not
+answered True counted by its cause (a retry still failing, a query still
+running or not started at the deadline).  The share kept (>= 99 % of the
+stored keys True) is asserted at 5 %, where it held in every campaign run
+on any load seen; at 20 % it depends on the host's load (a 2,000-key run
+needs about 3,500 HEADs through a Python proxy within 4.5 s), so there it
+is reported by the campaign (docs/performance.md), not asserted.
 """
 
 from __future__ import annotations
@@ -14,10 +17,18 @@ from __future__ import annotations
 import pytest
 from integ_harness import requires_nixl
 
-from bench.objstore.random_loss import STORED, campaign, store_under_loss
+from bench.objstore.random_loss import STORED, Run, campaign, store_under_loss
 from kvprobe.testing.rgw import rgw_missing, skip_or_fail
 
 pytestmark = [pytest.mark.long, requires_nixl]
+
+
+def _check_counts(run: Run) -> None:
+    assert run["refused_start"] == 0, run
+    assert run["absent_true"] == 0 and run["unanswered"] == 0, run
+    assert run["shed"] == 0 and run["manager_timeouts"] == 0, run
+    lost = len(STORED) - run["stored_true"]
+    assert lost <= run["miss_failing"] + run["miss_in_flight"] + run["miss_not_started"], run
 
 
 def test_random_503s_cost_no_verdict() -> None:
@@ -25,6 +36,13 @@ def test_random_503s_cost_no_verdict() -> None:
     with store_under_loss() as (proxy, creds):
         runs = campaign(0.05, 3, False, proxy, creds)
     for run in runs:
-        assert run["refused_start"] == 0, run
-        assert run["absent_true"] == 0 and run["unanswered"] == 0, run
+        _check_counts(run)
         assert run["stored_true"] >= 0.99 * len(STORED), run
+
+
+def test_one_shared_pace_at_20_percent_sheds_nothing_and_loses_no_key_silently() -> None:
+    skip_or_fail(rgw_missing())
+    with store_under_loss() as (proxy, creds):
+        runs = campaign(0.20, 3, True, proxy, creds)
+    for run in runs:
+        _check_counts(run)
