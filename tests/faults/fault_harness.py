@@ -208,7 +208,7 @@ def counters(m: AsyncLookupManager, *names: str) -> str:
     return ", ".join(parts)
 
 
-COLUMNS = ["fault", "backend", "verdicts delivered", "time to verdict", "states leaked", "counters", "reproduce"]
+COLUMNS = ["fault", "backend", "verdicts delivered", "time to verdict", "states leaked", "counters", "test"]
 
 
 def row_cells(row: Row) -> list[str]:
@@ -220,14 +220,19 @@ def row_cells(row: Row) -> list[str]:
         f"{row.seconds * 1000:.0f} ms",
         str(row.leaked),
         row.counters,
-        f"`{row.command}`",
+        f"`{test_of(row.command)}`",
     ]
+
+
+def test_of(command: str) -> str:
+    """The test a ``pytest NODEID`` command runs, as the table shows it: its node id under ``tests/faults/``."""
+    return shlex.split(command)[1].removeprefix("tests/faults/")
 
 
 def merged_rows(old_rows: Sequence[Sequence[str]], rows: Sequence[Row]) -> list[list[str]]:
     """The old rows, those of the tests that recorded ``rows`` replaced in place; new tests' appended.
 
-    A row is known by its last cell, the test's ``reproduce`` command.
+    A row is known by its last cell, the test's node id.
     """
     fresh: dict[str, list[list[str]]] = {}
     for row in rows:

@@ -34,7 +34,7 @@ def test_a_run_that_recorded_nothing_keeps_the_table() -> None:
 
 def test_a_row_has_one_cell_per_column_and_its_command_last() -> None:
     cells = row_cells(_row("a", "pytest x::y"))
-    assert len(cells) == len(COLUMNS) and cells[-1] == "`pytest x::y`" and cells[3] == "2 ms"
+    assert len(cells) == len(COLUMNS) and cells[-1] == "`x::y`" and cells[3] == "2 ms"
 
 
 def _page(tmp_path: Path) -> Path:
