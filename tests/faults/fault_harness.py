@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import threading
 import time
@@ -258,15 +259,43 @@ DOCS_DATA = DOCS_DIR / "data" / "faults.json"
 DOCS_PAGE = DOCS_DIR / "performance.md"
 
 
+def by_file(matrix: Sequence[Sequence[str]]) -> list[list[str]]:
+    """The matrix summed per test file: its faults, verdicts delivered of those due, longest time, states leaked.
+
+    A row whose verdicts are not ``delivered/asked`` (a closed manager owes
+    none) is counted apart, so no row is dropped from the sums unseen.
+    """
+    files: dict[str, list[Sequence[str]]] = {}
+    for row in matrix:
+        files.setdefault(row[-1].strip("`").split("::")[0], []).append(row)
+    summary = []
+    for name, rows in files.items():
+        counted = [tuple(map(int, r[2].split("/"))) for r in rows if re.fullmatch(r"\d+/\d+", r[2])]
+        verdicts = f"{sum(d for d, _ in counted):,}/{sum(a for _, a in counted):,}"
+        if len(counted) < len(rows):
+            verdicts += f" (and {len(rows) - len(counted)} with none due)"
+        longest = max(int(r[3].removesuffix(" ms")) for r in rows)
+        leaked = sum(int(r[4]) for r in rows)
+        summary.append([f"`{name}`", str(len(rows)), verdicts, f"{longest:,} ms", str(leaked)])
+    return summary
+
+
+BY_FILE_COLUMNS = ["test file", "faults", "verdicts delivered", "longest time to verdict", "states leaked"]
+
+
 def write_matrix(rows: Sequence[Row], exitstatus: int, data_path: Path = DOCS_DATA, page: Path = DOCS_PAGE) -> None:
     """Merge ``rows`` into the matrix of ``data_path`` and re-render the table ``page`` quotes from it.
 
+    The data file keeps every row (``matrix``) and their sums per test file
+    (``by-file``), which the page quotes.
+
     Raises:
-        ValueError: ``page`` does not quote the matrix (``<!-- data: faults#matrix -->``).
+        ValueError: ``page`` does not quote the sums (``<!-- data: faults#by-file -->``).
     """
     old: list[list[str]] = []
     if data_path.exists():
         old = json.loads(data_path.read_text())["tables"]["matrix"]["rows"]
+    matrix = merged_rows(old, rows)
     data = {
         "title": "The fault matrix: every fault injected, a verdict for every request",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -274,8 +303,11 @@ def write_matrix(rows: Sequence[Row], exitstatus: int, data_path: Path = DOCS_DA
         "command": "KVPROBE_UPDATE_DOCS=1 pytest tests/faults",
         "note": f"pytest exit status {exitstatus}; rows of tests this run did not run are kept from earlier runs",
         "source": "written by tests/faults/conftest.py at the end of the session",
-        "tables": {"matrix": {"columns": COLUMNS, "rows": merged_rows(old, rows)}},
+        "tables": {
+            "matrix": {"columns": COLUMNS, "rows": matrix},
+            "by-file": {"columns": BY_FILE_COLUMNS, "rows": by_file(matrix)},
+        },
     }
     data_path.write_text(dumps(data))
-    if requote(page, data_path.stem, data):
-        raise ValueError(f"{page} does not quote {data_path.stem}#matrix")
+    if "by-file" in requote(page, data_path.stem, data):
+        raise ValueError(f"{page} does not quote {data_path.stem}#by-file")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fault_harness import COLUMNS, Row, merged_rows, row_cells, write_matrix
+from fault_harness import COLUMNS, Row, by_file, merged_rows, row_cells, write_matrix
 
 from bench.docdata import check_doc
 
@@ -39,7 +39,7 @@ def test_a_row_has_one_cell_per_column_and_its_command_last() -> None:
 
 def _page(tmp_path: Path) -> Path:
     page = tmp_path / "performance.md"
-    page.write_text("# P\n\n## The fault matrix\n\n<!-- data: faults#matrix -->\n\n## Next\n")
+    page.write_text("# P\n\n## The fault matrix\n\n<!-- data: faults#by-file -->\n\n## Next\n")
     return page
 
 
@@ -51,11 +51,23 @@ def test_write_matrix_merges_into_the_data_file_and_the_page_quotes_it(tmp_path:
     assert [r[0] for r in written["tables"]["matrix"]["rows"]] == ["a", "b again"]
     assert "exit status 1" in written["note"]
     assert check_doc(page, tmp_path) == ([], {"faults"})
-    assert "| b again | backend |" in page.read_text() and "| b | backend |" not in page.read_text()
+    assert "| `x` | 2 | 2/2 | 2 ms | 0 |" in page.read_text()
 
 
 def test_write_matrix_refuses_a_page_that_does_not_quote_it(tmp_path: Path) -> None:
     page = tmp_path / "performance.md"
     page.write_text("# P\n")
-    with pytest.raises(ValueError, match="does not quote faults#matrix"):
+    with pytest.raises(ValueError, match="does not quote faults#by-file"):
         write_matrix([_row("a", "pytest x::a")], 0, tmp_path / "faults.json", page)
+
+
+def test_by_file_sums_each_files_rows_and_counts_rows_without_verdicts_apart() -> None:
+    rows = [
+        ["f1", "b", "7/7", "2 ms", "0", "c", "`test_a.py::t1`"],
+        ["f2", "b", "3/4", "900 ms", "1", "c", "`test_a.py::t2[p]`"],
+        ["f3", "b", "none due: closed", "5 ms", "0", "c", "`test_b.py::t3`"],
+    ]
+    assert by_file(rows) == [
+        ["`test_a.py`", "2", "10/11", "900 ms", "1"],
+        ["`test_b.py`", "1", "0/0 (and 1 with none due)", "5 ms", "0"],
+    ]
