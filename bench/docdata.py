@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import DOCS_DIR
+from bench.common import DOCS_DIR, load_average, machine
 
 __all__ = [
     "CHECKED_DOCS",
@@ -49,8 +49,10 @@ __all__ = [
     "check_doc",
     "dumps",
     "load",
+    "machine_record",
     "main",
     "render",
+    "requote",
 ]
 
 DATA_DIR = DOCS_DIR / "data"
@@ -135,6 +137,41 @@ def render(data: dict[str, Any], table: str) -> list[str]:
     lines = ["| " + " | ".join(found["columns"]) + " |", "|" + "---|" * len(found["columns"])]
     lines += ["| " + " | ".join(row) + " |" for row in found["rows"]]
     return [provenance(data), "", *lines]
+
+
+def machine_record() -> dict[str, Any]:
+    """This machine as a data file records it: :func:`bench.common.machine` and the 1-minute load now."""
+    now = load_average()
+    return {**machine(), "load": f"{now[0]} at the end of the run" if now else "not recorded"}
+
+
+def requote(doc: Path, name: str, data: dict[str, Any]) -> list[str]:
+    """Rewrite, in ``doc``, every table of ``data`` quoted as ``NAME#ID`` by its rendering; return the ids not quoted.
+
+    A generator calls this after writing ``docs/data/NAME.json`` so the doc
+    shows the new figures; a table the doc does not quote is left to the
+    caller to place (the returned ids).
+
+    Raises:
+        FileNotFoundError: ``doc`` does not exist.
+    """
+    lines = doc.read_text().splitlines()
+    missing = []
+    for table in data["tables"]:
+        marker = f"<!-- data: {name}#{table} -->"
+        if marker not in lines:
+            missing.append(table)
+            continue
+        at = end = lines.index(marker) + 1
+        if end < len(lines) and lines[end].startswith("*"):  # the provenance line, then its blank line
+            end += 1
+            if end < len(lines) and not lines[end]:
+                end += 1
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        lines[at:end] = render(data, table)
+    doc.write_text("\n".join(lines) + "\n")
+    return missing
 
 
 def _sections(lines: Sequence[str]) -> Iterator[list[tuple[int, str]]]:

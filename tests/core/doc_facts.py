@@ -147,8 +147,8 @@ def power_table(text: str) -> dict[str, tuple[list[int], list[int]]]:
     raise LookupError("no table with the columns 'defects it must catch' and 'caught'")
 
 
-def conform_seeds(checkers_md: str) -> tuple[int, int, int, int]:
-    """From docs/checkers.md's measured table: (seeds failed, seeds) per lying tier, then the honest tier's.
+def conform_seeds(performance_md: str) -> tuple[int, int, int, int]:
+    """From docs/performance.md's conform table: (seeds failed, seeds) per lying tier, then the honest tier's.
 
     Every lying tier of tests/conform/lying_tiers.py must have a row, and all
     of them the same fraction (the README quotes one).
@@ -156,7 +156,8 @@ def conform_seeds(checkers_md: str) -> tuple[int, int, int, int]:
     Raises:
         AssertionError: a tier is missing or extra, or the rows differ.
     """
-    rows = dict(re.findall(r"^\| ([a-z][a-z -]*?(?: \(control\))?) \| [^|]+ \| (\d+/\d+) \|", checkers_md, flags=re.M))
+    table = performance_md.split("<!-- data: conform-power-", 1)[1].split("\n\n", 2)[1]  # after the provenance
+    rows = dict(re.findall(r"^\| ([a-z][a-z -]*?(?: \(control\))?) \| [^|]+ \| (\d+/\d+) \|", table, flags=re.M))
     honest = rows.pop("honest (control)")
     assert sorted(rows) == sorted(literal_keys(LYING_TIERS, "LYING_TIERS")), rows
     fractions = set(rows.values())
@@ -171,7 +172,7 @@ def trace_power(text: str) -> list[int]:
     return [int(n) for n in re.findall(r"all (\d+)\s+named\s+mutant\s+cores", text)]
 
 
-def expected_power(checkers_md: str) -> dict[str, tuple[list[int], list[int]]]:
+def expected_power(performance_md: str) -> dict[str, tuple[list[int], list[int]]]:
     """The power table's numbers as the declarations and the measured conform table give them."""
     n = mutant_counts()
     tlc = n["tlc_named"] + n["tlc_spec"] + n["tlc_chain"] + n["tlc_cache"]
@@ -183,5 +184,5 @@ def expected_power(checkers_md: str) -> dict[str, tuple[list[int], list[int]]]:
             [cores, n["core_named"], n["core_worker_rule"], n["core_chain"], n["core_cache"]],
             [cores, cores],
         ),
-        "kvprobe": ([tiers], [tiers, tiers, *conform_seeds(checkers_md)]),
+        "kvprobe": ([tiers], [tiers, tiers, *conform_seeds(performance_md)]),
     }

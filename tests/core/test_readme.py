@@ -65,8 +65,7 @@ def test_the_make_test_figure_is_not_more_than_the_suite_holds() -> None:
 
 
 def test_power_table_counts_the_declared_defects() -> None:
-    checkers_md = (ROOT / "docs" / "checkers.md").read_text()
-    assert power_table(README) == expected_power(checkers_md)
+    assert power_table(README) == expected_power((ROOT / "docs" / "performance.md").read_text())
     assert trace_power(README) == [mutant_counts()["core_named"]]
 
 

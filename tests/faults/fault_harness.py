@@ -8,13 +8,15 @@ true verdict), the counters recorded the fault, and ``len(m)`` returns to 0
 once every request is cleaned up.
 
 Each test reports what it saw through the ``reliability`` fixture
-(``conftest.py``); with ``KVPROBE_RELIABILITY_MD=path`` in the environment the
-session writes those rows as the Reliability table.
+(``conftest.py``); with ``KVPROBE_UPDATE_DOCS=1`` in the environment the
+session writes those rows to ``docs/data/faults.json``, which
+``docs/performance.md`` quotes (:func:`write_matrix`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -22,7 +24,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from bench.common import DOCS_DIR
+from bench.docdata import dumps, machine_record, requote
 from kvprobe.backends._nixl_import import nixl_unavailable
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
 
@@ -204,41 +209,105 @@ def counters(m: AsyncLookupManager, *names: str) -> str:
     return ", ".join(parts)
 
 
-# The last cell, `pytest ...` in backquotes (a command may hold a "|" of its own).
-_LAST_CELL_COMMAND = re.compile(r"\| `(pytest [^`]*)` \|\s*$")
+COLUMNS = ["fault", "backend", "verdicts delivered", "time to verdict", "states leaked", "counters", "test"]
 
 
-def row_line(row: Row) -> str:
-    """A row of the Reliability table (markdown)."""
-    return (
-        f"| {row.fault} | {row.backend} | {row.verdicts} | {row.seconds * 1000:.0f} ms | {row.leaked} "
-        f"| {row.counters} | `{row.command}` |"
-    )
+def row_cells(row: Row) -> list[str]:
+    """A row of the fault matrix, one string per column of :data:`COLUMNS`."""
+    return [
+        row.fault,
+        row.backend,
+        row.verdicts,
+        f"{row.seconds * 1000:.0f} ms",
+        str(row.leaked),
+        row.counters,
+        f"`{test_of(row.command)}`",
+    ]
 
 
-def command_of(line: str) -> str | None:
-    """The ``reproduce`` command of a table row (its last cell, in backquotes), or None."""
-    found = _LAST_CELL_COMMAND.search(line) if line.startswith("| ") else None
-    return None if found is None else found.group(1)
+def test_of(command: str) -> str:
+    """The test a ``pytest NODEID`` command runs, as the table shows it: its node id under ``tests/faults/``."""
+    return shlex.split(command)[1].removeprefix("tests/faults/")
 
 
-def merged_rows(old_table: str, rows: Sequence[Row]) -> list[str]:
-    """The old table's rows, those of the tests that recorded ``rows`` replaced in place; new tests' appended."""
-    fresh: dict[str, list[str]] = {}
+def merged_rows(old_rows: Sequence[Sequence[str]], rows: Sequence[Row]) -> list[list[str]]:
+    """The old rows, those of the tests that recorded ``rows`` replaced in place; new tests' appended.
+
+    A row is known by its last cell, the test's node id.
+    """
+    fresh: dict[str, list[list[str]]] = {}
     for row in rows:
-        fresh.setdefault(row.command, []).append(row_line(row))
-    lines: list[str] = []
+        cells = row_cells(row)
+        fresh.setdefault(cells[-1], []).append(cells)
+    merged: list[list[str]] = []
     placed: set[str] = set()
-    for line in old_table.splitlines():
-        command = command_of(line)
-        if command is None:
-            continue
+    for old in old_rows:
+        command = old[-1]
         if command not in fresh:
-            lines.append(line)
+            merged.append(list(old))
         elif command not in placed:
-            lines += fresh[command]
+            merged += fresh[command]
             placed.add(command)
     for command, new in fresh.items():
         if command not in placed:
-            lines += new
-    return lines
+            merged += new
+    return merged
+
+
+#: Where a session run with ``KVPROBE_UPDATE_DOCS=1`` writes the matrix, and the page that quotes it.
+DOCS_DATA = DOCS_DIR / "data" / "faults.json"
+DOCS_PAGE = DOCS_DIR / "performance.md"
+
+
+def by_file(matrix: Sequence[Sequence[str]]) -> list[list[str]]:
+    """The matrix summed per test file: its faults, verdicts delivered of those due, longest time, states leaked.
+
+    A row whose verdicts are not ``delivered/asked`` (a closed manager owes
+    none) is counted apart, so no row is dropped from the sums unseen.
+    """
+    files: dict[str, list[Sequence[str]]] = {}
+    for row in matrix:
+        files.setdefault(row[-1].strip("`").split("::")[0], []).append(row)
+    summary = []
+    for name, rows in files.items():
+        counted = [tuple(map(int, r[2].split("/"))) for r in rows if re.fullmatch(r"\d+/\d+", r[2])]
+        verdicts = f"{sum(d for d, _ in counted):,}/{sum(a for _, a in counted):,}"
+        if len(counted) < len(rows):
+            verdicts += f" (and {len(rows) - len(counted)} with none due)"
+        longest = max(int(r[3].removesuffix(" ms")) for r in rows)
+        leaked = sum(int(r[4]) for r in rows)
+        summary.append([f"`{name}`", str(len(rows)), verdicts, f"{longest:,} ms", str(leaked)])
+    return summary
+
+
+BY_FILE_COLUMNS = ["test file", "faults", "verdicts delivered", "longest time to verdict", "states leaked"]
+
+
+def write_matrix(rows: Sequence[Row], exitstatus: int, data_path: Path = DOCS_DATA, page: Path = DOCS_PAGE) -> None:
+    """Merge ``rows`` into the matrix of ``data_path`` and re-render the table ``page`` quotes from it.
+
+    The data file keeps every row (``matrix``) and their sums per test file
+    (``by-file``), which the page quotes.
+
+    Raises:
+        ValueError: ``page`` does not quote the sums (``<!-- data: faults#by-file -->``).
+    """
+    old: list[list[str]] = []
+    if data_path.exists():
+        old = json.loads(data_path.read_text())["tables"]["matrix"]["rows"]
+    matrix = merged_rows(old, rows)
+    data = {
+        "title": "The fault matrix: every fault injected, a verdict for every request",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine_record(),
+        "command": "KVPROBE_UPDATE_DOCS=1 pytest tests/faults",
+        "note": f"pytest exit status {exitstatus}; rows of tests this run did not run are kept from earlier runs",
+        "source": "written by tests/faults/conftest.py at the end of the session",
+        "tables": {
+            "matrix": {"columns": COLUMNS, "rows": matrix},
+            "by-file": {"columns": BY_FILE_COLUMNS, "rows": by_file(matrix)},
+        },
+    }
+    data_path.write_text(dumps(data))
+    if "by-file" in requote(page, data_path.stem, data):
+        raise ValueError(f"{page} does not quote {data_path.stem}#by-file")

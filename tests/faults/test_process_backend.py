@@ -102,7 +102,7 @@ def test_a_fault_in_the_helper_is_a_counted_miss_and_the_manager_keeps_serving(
             still_serves(m, tier.writer.store, key=keys(f"mgr-fresh-{tag}", 1)[0])
             reliability.record(
                 case.name,
-                "FsBackend in a ProcessBackend helper process",
+                "FsBackend in a ProcessBackend",
                 delivered=len(result.verdicts),
                 asked=7,
                 seconds=result.seconds,

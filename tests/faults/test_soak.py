@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
 
+from bench.docdata import check_doc
 from bench.reliability import soak
 from kvprobe.statemachine import AsyncLookupManager, LookupCore, LookupPhase
 
@@ -109,3 +110,22 @@ def test_cli_exit_status_and_summary(capsys: pytest.CaptureFixture[str]) -> None
     assert soak.main(argv) == 0
     out = capsys.readouterr().out
     assert "| probe table: peak / at end |" in out and "| verdict | PASS |" in out
+
+
+def test_update_docs_writes_the_data_file_the_page_quotes(tmp_path: Path) -> None:
+    result = soak.run(backend_name="memory", **SMALL)  # type: ignore[arg-type]
+    page, data = tmp_path / "performance.md", tmp_path / "soak.json"
+    page.write_text("# P\n\n## Soak\n\n<!-- data: soak#summary -->\n\n<!-- data: soak#series -->\n")
+    soak.update_docs(result, "python -m bench.reliability.soak --lookups 3000", data, page)
+    assert check_doc(page, tmp_path) == ([], {"soak"})
+    text = page.read_text()
+    assert "| verdict | PASS |" in text and "Command: `python -m bench.reliability.soak --lookups 3000`" in text
+    assert "| command |" not in text  # the command is the provenance line's
+
+
+def test_update_docs_refuses_a_page_that_quotes_neither_table(tmp_path: Path) -> None:
+    result = soak.run(backend_name="memory", **SMALL)  # type: ignore[arg-type]
+    page = tmp_path / "performance.md"
+    page.write_text("# P\n")
+    with pytest.raises(ValueError, match=r"quotes no table of soak\.json"):
+        soak.update_docs(result, "python -m bench.reliability.soak", tmp_path / "soak.json", page)
