@@ -100,6 +100,12 @@ class NeverUndo(PaceCore):
         self._doubted = False
 
 
+class LoadIgnored(PaceCore):
+    """No share of failed HEADs is load for certain: learnt noise, holdoff and undo apply to a window of 503s alone."""
+
+    LOAD_SHARE = 1.0
+
+
 MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "reserve-ignores-rate": (ReserveIgnoresRate, "RateBound"),
     "decrease-forgets-grants": (DecreaseForgetsGrants, "RateBound"),
@@ -112,4 +118,5 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "capped-at-twice-measured": (CappedAtTwiceMeasured, "RecoveryWithinBound"),
     "no-noise": (NoNoise, "NoiseKeepsCapacity"),
     "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
+    "load-ignored": (LoadIgnored, "FleetWithinCap"),
 }

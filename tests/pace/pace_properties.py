@@ -15,6 +15,11 @@ bounds are the ones docs/pace.md prints:
   capped at ``cap`` HEAD/s, each send within ``[0.5, 2]`` times
   ``cap / N`` over the second half of 40 s, and together within
   ``[0.8, 1.2]`` times ``cap`` (no collapse, no overrun).
+* ``FleetWithinCap``: the same paces together send within ``[0.5, 1.5]``
+  times ``cap`` over the second half of 40 s: a decrease on a window
+  failing more than ``LOAD_SHARE`` is never undone, so no pace goes back
+  to a rate the bucket refused (``FairShare``'s per-pace band does not
+  hold yet: docs/pace.md).
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ from pace_sim import CappedStore, ServedStore, saturating_clients, served_heads_
 from kvprobe.backends._pace_core import PaceCore
 from kvprobe.spec.pace_model import recovery_bound_s
 
-__all__ = ["check_fair_share", "check_noise_keeps_capacity", "check_recovery_within_bound"]
+__all__ = [
+    "check_fair_share",
+    "check_fleet_within_cap",
+    "check_noise_keeps_capacity",
+    "check_recovery_within_bound",
+]
 
 
 def check_recovery_within_bound(core_class: type[PaceCore], target: float, heads: int) -> float:
@@ -62,3 +72,12 @@ def check_fair_share(core_class: type[PaceCore], n: int, cap: float, seed: int) 
     assert 0.8 <= total <= 1.2, f"FairShare: together {total:.2f} of the cap {cap} ({n} paces)"
     assert all(0.5 <= s <= 2.0 for s in shares), f"FairShare: shares {[round(s, 2) for s in shares]} of cap/{n}"
     return shares
+
+
+def check_fleet_within_cap(core_class: type[PaceCore], n: int, cap: float, seed: int) -> float:
+    """What ``n`` paces sharing a bucket capped at ``cap`` send together over the second half of 40 s, per ``cap``."""
+    paces = [core_class(0.0) for _ in range(n)]
+    sends = saturating_clients(paces, CappedStore(cap), seconds=40.0, seed=seed, heads=1)
+    total = sum(served_heads_per_s(s, 20.0, 40.0) for s in sends) / cap
+    assert 0.5 <= total <= 1.5, f"FleetWithinCap: {n} paces send {total:.2f} times the cap {cap} together"
+    return total

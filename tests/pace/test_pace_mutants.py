@@ -3,7 +3,8 @@
 The stateful machine's rules (RateBound, NoEarlyShed, HoldHonoured,
 RateFloor, DecreaseLowers, UndoRestores) must be *found* by Hypothesis (none
 written by hand); the whole-run properties (RecoveryWithinBound,
-NoiseKeepsCapacity) are searched the same way over their parameters.
+NoiseKeepsCapacity, FleetWithinCap) are searched the same way over their
+parameters.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 from pace_machine import pace_machine
 from pace_mutants import MUTANTS
-from pace_properties import check_noise_keeps_capacity, check_recovery_within_bound
+from pace_properties import check_fleet_within_cap, check_noise_keeps_capacity, check_recovery_within_bound
 
 from kvprobe.backends._pace_core import PaceCore
 from kvprobe.testing.search import failure_messages
@@ -49,12 +50,20 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
             check_noise_keeps_capacity(core_class, loss, seed, heads)
 
         noise()
+    elif prop == "FleetWithinCap":
+        # An overrun shows in a few runs of a hundred: as many as the property's own test.
+        @settings(WHOLE_RUNS, max_examples=80)
+        @given(n=st.integers(2, 6), cap=st.sampled_from([200.0, 400.0, 1000.0]), seed=st.integers(0, 2**16))
+        def fleet(n: int, cap: float, seed: int) -> None:
+            check_fleet_within_cap(core_class, n, cap, seed)
+
+        fleet()
     else:
         run_state_machine_as_test(pace_machine(core_class), settings=SEARCH)
 
 
 def test_every_named_mutant_is_listed() -> None:
-    assert len(MUTANTS) == 11
+    assert len(MUTANTS) == 12
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from pace_properties import check_fair_share, check_noise_keeps_capacity, check_recovery_within_bound
+from pace_properties import (
+    check_fair_share,
+    check_fleet_within_cap,
+    check_noise_keeps_capacity,
+    check_recovery_within_bound,
+)
 
 from kvprobe.backends._pace_core import PaceCore
 
@@ -24,16 +29,19 @@ def test_noise_keeps_capacity(loss: float, seed: int, heads: int) -> None:
     check_noise_keeps_capacity(PaceCore, loss, seed, heads)
 
 
-# Long: 30+ s of whole runs for a property known not to hold yet (strict
-# xfail); `make test-long` still fails the day it starts to hold unflagged.
-@pytest.mark.long
-@pytest.mark.xfail(
-    strict=True,
-    reason="FairShare does not hold yet: paces sharing a capped bucket read the others' 503s as noise or as "
-    "a decrease that did not help (n=5, cap 400, seed 181: 6.4x the cap together; the pace before issue 39 "
-    "broke it too: n=4, seed 181, 16.6x)",
-)
-@RUNS
+# An overrun shows in a few runs of a hundred (6 of 150 before LOAD_SHARE),
+# so more of them; about 20 s.
+@settings(settings.default, max_examples=80)
 @given(n=st.integers(2, 6), cap=st.sampled_from([200.0, 400.0, 1000.0]), seed=st.integers(0, 2**16))
+def test_fleet_within_cap(n: int, cap: float, seed: int) -> None:
+    check_fleet_within_cap(PaceCore, n, cap, seed)
+
+
+# Counterexamples to FairShare's per-pace band found on today's rule (the
+# fleet stays within FleetWithinCap's band in each); strict, so the day one
+# holds the test says so.  Pinned rather than drawn: a draw of 12 finds one
+# in about half the runs (11 of 150 fail over caps of 200-1,000).
+@pytest.mark.xfail(strict=True, reason="FairShare's per-pace band does not hold yet (docs/pace.md)")
+@pytest.mark.parametrize(("n", "cap", "seed"), [(6, 200.0, 7932), (3, 1000.0, 23770)])
 def test_fair_share(n: int, cap: float, seed: int) -> None:
     check_fair_share(PaceCore, n, cap, seed)
