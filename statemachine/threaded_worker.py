@@ -14,8 +14,11 @@ beside running calls is :mod:`kvprobe.statemachine.cpu_gate`.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import logging
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -44,7 +47,13 @@ from kvprobe.statemachine.worker_base import (
     probe_group,
 )
 
-__all__ = ["DEFAULT_CONCURRENT_GROUPS", "EXIT_WAIT_S", "ThreadedWorker", "stop_live_workers"]
+__all__ = [
+    "DEFAULT_CONCURRENT_GROUPS",
+    "EXIT_WAIT_S",
+    "ThreadedWorker",
+    "end_before_finalization",
+    "stop_live_workers",
+]
 
 _STOP = object()
 
@@ -59,7 +68,8 @@ DEFAULT_CONCURRENT_GROUPS = 4
 #: coming back for the GIL is ended by an unwind through C++); one
 #: ``query_memory`` of vLLM's object tier (64 HEADs on its 4 I/O threads,
 #: half of them throttled and retried by the AWS SDK) was measured at 10 s.
-#: A call that outlives the wait still aborts the process.
+#: A call that outlives the wait is never let back: the hook ends the
+#: process before the interpreter finalizes (:func:`end_before_finalization`).
 EXIT_WAIT_S = 30.0
 
 
@@ -493,12 +503,45 @@ def stop_live_workers(wait_s: float) -> list[threading.Thread]:
     return left
 
 
+def end_before_finalization(left: list[threading.Thread]) -> None:
+    """End the process now, with the exit status the interpreter would give, without finalizing it.
+
+    For the exit hook, when ``left`` (threads still inside a backend call)
+    is not empty.  A thread that returns from a C++ call (NIXL's
+    ``query_memory``) while the interpreter finalizes is ended by an unwind
+    through C++ and the process dies of SIGABRT; ``os._exit`` ends the
+    process before that can happen, whenever the call returns.  Names the
+    threads on stderr, shuts logging down and flushes the standard streams
+    first (the ``atexit`` hooks not run yet, registered before this module
+    was imported, are skipped).  The status is 1 after an uncaught
+    exception (Python sets ``sys.last_value`` when it prints one), else 0:
+    the code of a ``SystemExit`` is not visible to an exit hook.  Returns
+    at once, doing nothing, when ``left`` is empty.
+    """
+    if not left:
+        return
+    status = 1 if getattr(sys, "last_value", None) is not None else 0
+    names = ", ".join(sorted(thread.name for thread in left))
+    with contextlib.suppress(Exception):  # a closed stderr must not keep the process alive
+        sys.stderr.write(
+            f"kvprobe: {len(left)} thread(s) still inside a backend call at exit ({names}); "
+            f"ending the process with status {status} before the interpreter finalizes\n"
+        )
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
 @atexit.register
 def _stop_workers_at_exit() -> None:
     # Daemon threads left inside a backend's C++ call (NIXL) while the
     # interpreter finalizes make the process abort: wait for them here,
-    # before finalization, whether or not the managers were shut down.
-    stop_live_workers(EXIT_WAIT_S)
+    # before finalization, whether or not the managers were shut down, and
+    # end the process here if one outlives the wait.
+    end_before_finalization(stop_live_workers(EXIT_WAIT_S))
 
 
 def _workers_after_fork() -> None:

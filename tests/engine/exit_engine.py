@@ -1,6 +1,8 @@
 """An engine process that exits while its lookups are in flight (run as a script by the exit tests).
 
-    python tests/engine/exit_engine.py ENDPOINT BUCKET {vllm-switch|vllm-own|objtier|native}[+shutdown] REQUESTS
+    python tests/engine/exit_engine.py ENDPOINT BUCKET KIND[+shutdown|+slowexit] REQUESTS [KEYS]
+
+with KIND one of vllm-switch, vllm-own, objtier, native.
 
 ``vllm-switch`` builds vLLM 0.33's object tier (real NIXL OBJ) after the
 one-line switch to kvprobe's drop-in, ``vllm-own`` the same tier on vLLM's
@@ -9,11 +11,16 @@ factory, as an operator's config loads it), ``native`` kvprobe's own
 manager on ``NixlObjBackend``.  Once built it prints ``built`` and waits
 for a line on stdin (the test turns the store's throttling on in between:
 a tier's connection check at start is not what is tested).  Then it
-starts ``REQUESTS`` requests of 64 absent keys, flushes them to the
-worker, waits a moment (the calls reach the store), prints ``submitted`` and returns from the script without any
-shutdown (with ``+shutdown``: after the tier's or the manager's own
-``shutdown``, which gives up on a call after its timeout): the interpreter
-exits while the store still holds the HEADs.
+starts ``REQUESTS`` requests of ``KEYS`` (default 64) absent keys, flushes
+them to the worker, waits a moment (the calls reach the store), prints
+``submitted`` and returns from the script without any shutdown (with
+``+shutdown``: after the tier's or the manager's own ``shutdown``, which
+gives up on a call after its timeout): the interpreter exits while the
+store still holds the HEADs.  With ``+slowexit`` the exit hook waits only
+:data:`SHORT_EXIT_WAIT_S` for the calls and the interpreter's teardown
+lasts :data:`SLOW_TEARDOWN_S` (an engine's teardown, torch's and vLLM's,
+takes seconds): a call the store holds longer than the wait returns while
+the interpreter finalizes, every time.
 The process's exit code is what the tests judge.
 """
 
@@ -28,6 +35,16 @@ from typing import Any
 KEYS_PER_REQUEST = 64
 #: How long the script waits after its flushes, so that the worker's calls have reached the store.
 IN_FLIGHT_S = 0.3
+#: ``+slowexit``: how long the exit hook waits for running calls, and how long the teardown lasts.
+SHORT_EXIT_WAIT_S = 1.0
+SLOW_TEARDOWN_S = 10.0
+
+
+class SlowTeardown:
+    """Held by this script's module: its ``__del__`` runs while the interpreter finalizes, and sleeps."""
+
+    def __del__(self) -> None:
+        time.sleep(SLOW_TEARDOWN_S)
 
 
 def vllm_obj_tier(endpoint: str, bucket: str, switch: bool) -> Any:
@@ -75,8 +92,13 @@ def native_manager(endpoint: str, bucket: str) -> Any:
     return AsyncLookupManager(backend, name="obj")
 
 
-def main(endpoint: str, bucket: str, kind: str, requests: int) -> None:
+def main(endpoint: str, bucket: str, kind: str, requests: int, keys: int = KEYS_PER_REQUEST) -> None:
     kind, _, then = kind.partition("+")
+    if then == "slowexit":
+        from kvprobe.statemachine import threaded_worker
+
+        threaded_worker.EXIT_WAIT_S = SHORT_EXIT_WAIT_S
+        globals()["_teardown"] = SlowTeardown()
     if kind == "native":
         owner = manager = native_manager(endpoint, bucket)
     else:
@@ -90,7 +112,7 @@ def main(endpoint: str, bucket: str, kind: str, requests: int) -> None:
     sys.stdin.readline()
     for r in range(requests):
         ctx = SimpleNamespace(req_id=f"exit-{r}")
-        for i in range(KEYS_PER_REQUEST):
+        for i in range(keys):
             manager.lookup(bytes([r % 256, i]) * 8 + bytes(4), ctx)
         manager.flush()
     time.sleep(IN_FLIGHT_S)
@@ -100,4 +122,4 @@ def main(endpoint: str, bucket: str, kind: str, requests: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), *(int(a) for a in sys.argv[5:6]))
