@@ -57,15 +57,21 @@ rgw:
 
 # Every test but the long ones (deep model runs, long campaigns: marked
 # `long`), which have their own target so that `make test` stays short.
-# The TLC runs (marked `tlc`, Java keeping a core busy) and the rest (mostly
-# waiting on threads, sockets and local servers) run side by side as two
-# pytest processes: buildtools/stages.py prints each one's log and the sum.
+# Four pytest processes side by side (buildtools/stages.py prints each one's
+# log and the sum): the TLC runs (marked `tlc`, Java keeping a core busy) in
+# two, the first holding the tests that share mutant runs through
+# tests/tla/mutant_runs.py (one process, one run each); the rest (mostly
+# waiting on threads, sockets and local servers) in two by folder.
 # Then, alone, the tests marked `quiet`: they judge helpers by the CPU they
 # get (tests/faults/test_cpu_gate.py), which a TLC run beside them starves.
 STAGES := $(BIN)/python -m buildtools.stages
 
 test: lint rgw
-	HYPOTHESIS_PROFILE=ci $(STAGES) "not long and tlc" "not long and not tlc and not quiet"
+	HYPOTHESIS_PROFILE=ci $(STAGES) \
+	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py" \
+	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py" \
+	  "not long and not tlc and not quiet@tests/core,tests/cli,tests/conform,tests/mutants,tests/property,tests/engine" \
+	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine"
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
 test-long: rgw dev

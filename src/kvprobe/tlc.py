@@ -60,6 +60,7 @@ __all__ = [
     "coverage_line",
     "find_jar",
     "find_java",
+    "liveness_args",
     "parse_messages",
     "parse_state",
     "parse_steps",
@@ -113,7 +114,8 @@ def run_tlc(
     -> text) are copied into a temporary folder that is also TLC's metadir
     and Java's temp dir, so runs never write into the source tree and
     concurrent runs do not share files.  Deadlock checking stays on (TLC
-    2.15's ``-deadlock`` flag would turn it off).  ``on_message`` sees each
+    2.15's ``-deadlock`` flag would turn it off); temporal properties are
+    checked once, at the end (:func:`liveness_args`).  ``on_message`` sees each
     message as TLC prints it (for progress display).  With ``coverage``
     TLC reports how often each action fired (``TlcResult.coverage``).
 
@@ -152,6 +154,7 @@ def run_tlc(
             "run.cfg",
             # An interval longer than any run: the report comes once, at the end.
             *(["-coverage", "10000"] if coverage else []),
+            *liveness_args([*tlc_args, *extra_args]),
             *tlc_args,
             *extra_args,
             spec.name,
@@ -171,6 +174,19 @@ def run_tlc(
                 proc.kill()
                 proc.wait()
     return read_result(messages, exit_code, time.monotonic() - started)
+
+
+def liveness_args(tlc_args: Sequence[str]) -> list[str]:
+    """The TLC arguments saying when a model-checking run checks its temporal properties.
+
+    ``-lncheck final``: once, on the whole state graph, when exploring ends,
+    instead of again each time the graph has grown (TLC's default).  TLC
+    makes that final check at the end of every run anyway; the periodic
+    ones can only report a violation sooner, and they redo their work on an
+    ever larger graph.  A simulation (``-simulate`` among ``tlc_args``)
+    takes none.
+    """
+    return [] if "-simulate" in tlc_args else ["-lncheck", "final"]
 
 
 _DIRECTIVE = re.compile(r"^\\\* kvprobe: (tlc-args|stop-after) (.+)$", re.MULTILINE)

@@ -22,7 +22,7 @@ from kvprobe.check import (
     main,
 )
 from kvprobe.spec.actions import ACTIONS
-from kvprobe.tlc import config_directives, parse_value, run_tlc, tla_dir
+from kvprobe.tlc import config_directives, liveness_args, parse_value, run_tlc, tla_dir
 from kvprobe.tlc_mutants import MUTANT_NAMES, find_mutant, mutant_config, root_module
 
 #: The named mutants (the field's defects), in kvprobe.tlc_mutants' order.
@@ -386,6 +386,12 @@ def test_deep_config_is_a_bounded_simulation() -> None:
     assert props == ["-Dtlc2.TLC.stopAfter=540"]  # under 10 minutes
     with pytest.raises(ValueError, match="tlc-args"):
         config_directives("\\* kvprobe: tlc-args -deadlock\n")
+
+
+def test_model_checking_runs_check_liveness_once_at_the_end() -> None:
+    assert liveness_args([]) == ["-lncheck", "final"]
+    assert liveness_args(["-dump", "dot", "graph"]) == ["-lncheck", "final"]
+    assert liveness_args(config_directives((tla_dir() / "deep.cfg").read_text())[0]) == []
 
 
 @pytest.mark.tlc
