@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import DOCS_DIR, RESULTS_DIR, load_average, machine
-from bench.docdata import DATA_DIR, dumps, render
+from bench.docdata import DATA_DIR, dumps, requote
 from bench.fleet.rgw_engine import CHAIN, prompt_keys
 from bench.fleet.rgw_report import comparison, markdown, mode_tables, schedule_label, seed_figures
 from kvprobe.backends.nixl_obj import NixlObjBackend
@@ -358,27 +358,6 @@ def _schedule(text: str) -> tuple[int, float, str | None]:
     raise argparse.ArgumentTypeError(f"a schedule is WINDOW:GROWTH[:{scopes}], such as 4:1.25:host, got {text!r}")
 
 
-def _update_doc(data: dict[str, Any]) -> list[str]:
-    """Replace each table of ``data`` that docs/performance.md quotes by its new rendering; the ids not quoted."""
-    lines = DOC.read_text().splitlines()
-    missing = []
-    for table in data["tables"]:
-        marker = f"<!-- data: {DOCS_JSON.stem}#{table} -->"
-        if marker not in lines:
-            missing.append(table)
-            continue
-        at = end = lines.index(marker) + 1
-        if end < len(lines) and lines[end].startswith("*"):  # the provenance line, then its blank line
-            end += 1
-            if end < len(lines) and not lines[end]:
-                end += 1
-        while end < len(lines) and lines[end].startswith("|"):
-            end += 1
-        lines[at:end] = render(data, table)
-    DOC.write_text("\n".join(lines) + "\n")
-    return missing
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     defaults = Setup()
@@ -485,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.update_docs:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
         DOCS_JSON.write_text(dumps(data))
-        missing = _update_doc(data)
+        missing = requote(DOC, DOCS_JSON.stem, data)
         print(f"\nwritten: {DOCS_JSON}" + (f"; docs/performance.md does not quote {missing}" if missing else ""))
     return 0
 
