@@ -19,14 +19,18 @@ answer: the timeout is not what makes a throttled store fail, the oracle is.
 
 from __future__ import annotations
 
+import gc
+import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from integ_harness import requires_nixl
 
 from kvprobe.conform import main as conform_main
-from kvprobe.testing.stateful import ConformConfigError, nixl_obj_factory
-from kvprobe.testing.stateful.objstore import BUCKET_ENV, PREFIX_ENV
+from kvprobe.testing.lifetimes import Lifetimes
+from kvprobe.testing.stateful import ConformConfigError, Target, nixl_obj_factory, run_conformance
+from kvprobe.testing.stateful.objstore import BUCKET_ENV, PREFIX_ENV, nixl_obj_target
 
 FACTORY = "kvprobe.testing.stateful:nixl_obj_factory"
 #: Examples per worker mode: about 15 s each here (a run builds a backend: ~0.4 s).
@@ -107,4 +111,42 @@ def test_conform_passes_on_rgw_and_leaves_the_bucket_empty(
     argv = [FACTORY, "--derandomize", "--examples", str(EXAMPLES), "--worker", worker, "--timeout", "1"]
     assert conform_main(argv) == 0, capsys.readouterr().out
     assert f"PASS: {EXAMPLES} examples" in capsys.readouterr().out
+    assert _objects(s3_server, bucket) == []
+
+
+def _always_stored() -> type[Any]:
+    from kvprobe.backends.nixl_obj import NixlObjBackend
+
+    class AlwaysStored(NixlObjBackend):
+        """Answers every key stored (its lookups still go to the store)."""
+
+        def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> list[bool]:
+            return [True for _ in super().batch_lookup(keys, req_context)]
+
+    return AlwaysStored
+
+
+@requires_nixl
+def test_a_failed_run_leaves_no_backend_thread_or_object(
+    s3_server: Any, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failing run's traceback reaches the machine and its tier; with a
+    # backend that holds NIXL agents and threads, a kept tier would keep them.
+    _configure(monkeypatch, s3_server, bucket)
+    made: list[weakref.ref[Any]] = []
+    lying = _always_stored()
+
+    def factory() -> Target:
+        target = nixl_obj_target(lying)
+        made.append(weakref.ref(target.backend))
+        return target
+
+    before = Lifetimes(prefix="kvprobe-")
+    result = run_conformance(factory, derandomize=True, shrink_runs=20)  # shrinking kept, bounded: it keeps failures
+    assert not result.passed and "TierAnswersTruthfully: the tier answered" in result.failure, result.failure
+    assert len(made) > 2
+    gc.collect()
+    alive = [ref for ref in made if ref() is not None]
+    assert alive == [], f"{len(alive)} of the {len(made)} backends the run made are still alive"
+    before.assert_ended()
     assert _objects(s3_server, bucket) == []
