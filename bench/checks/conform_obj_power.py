@@ -5,16 +5,17 @@
 answering a share of the requests ``500 InternalError``
 (``tests/conform/obj_defects.py``: loss that is not load), then runs the
 default ``kvprobe conform`` (manual worker, 100 examples of up to 50 steps,
-1 s call timeout, shrinking off) from seeds 0..N-1 (``--seeds``, default 10)
-on each defect of ``OBJ_DEFECTS``, and on the honest ``NixlObjBackend``
+shrinking off) with ``--timeout`` (default ``obj_defects.TIMEOUT_S``, 5 s)
+from seeds 0..N-1 (``--seeds``, default 10) on each defect of ``OBJ_DEFECTS``, and on the honest ``NixlObjBackend``
 from fewer seeds (``--control-seeds``, default 3: its failures would be
 false alarms; each passing seed takes about a minute).  Per tier: the seeds
 whose run failed, of those the ones whose report names the tier's wrong
 answer (``TierAnswersTruthfully``; the others are Hypothesis's report that a
 replay of the failing run went differently, as the proxy's faults do), and
-the generated runs to the first failure (median and worst).
+the generated runs to the first failure (median and worst).  Each failure
+of the honest engine is printed whole after the table.
 
-With ``--write`` the figures go to ``docs/data/conform-obj-power-<date>.json``
+With ``--write`` the figures go to ``docs/data/conform-obj-power-<timeout>s-<date>.json``
 and the table quoting them in docs/performance.md is rewritten.
 Nothing is asserted: ``tests/conform/test_obj_defects.py`` is the CI case.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import os
 import statistics
 import sys
@@ -41,21 +43,22 @@ BUCKET = "kvprobe-conform-power"
 COMMAND = "python -m bench.checks.conform_obj_power"
 
 
-def power(factory: Any, seeds: int, label: str) -> dict[str, Any]:
+def power(factory: Any, seeds: int, label: str, timeout_s: float) -> dict[str, Any]:
     """Run the default conform from ``seeds`` seeds (shrinking off); the failures and how they read."""
-    from kvprobe.conform import DEFAULT_TIMEOUT_S
     from kvprobe.testing.stateful import run_conformance
 
     failed = named = 0
     runs: list[int] = []
+    reports: list[str] = []
     for seed in range(seeds):
         print(f"{label}: seed {seed + 1}/{seeds}, {failed} failed", file=sys.stderr, flush=True)
-        result = run_conformance(factory, seed=seed, shrink=False, timeout_s=DEFAULT_TIMEOUT_S)
+        result = run_conformance(factory, seed=seed, shrink=False, timeout_s=timeout_s)
         if not result.passed:
             failed += 1
             named += "TierAnswersTruthfully: the tier answered" in result.failure
             runs.append(result.runs)
-    return {"failed": failed, "named": named, "seeds": seeds, "runs": runs}
+            reports.append(f"seed {seed}: {result.failure}")
+    return {"failed": failed, "named": named, "seeds": seeds, "runs": runs, "reports": reports}
 
 
 def _row(name: str, defect: str, got: dict[str, Any]) -> list[str]:
@@ -68,16 +71,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="seeds per defect (default 10)")
     parser.add_argument("--control-seeds", type=int, default=3, help="seeds for the honest engine (default 3)")
+    parser.add_argument("--timeout", type=float, default=None, help="conform's --timeout (default 5 s)")
     parser.add_argument("--write", action="store_true", help="write docs/data and requote docs/performance.md")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(_TIERS_DIR))
-    import obj_defects
+    obj_defects: Any = importlib.import_module("obj_defects")
+    if args.timeout is None:
+        args.timeout = obj_defects.TIMEOUT_S
 
     from kvprobe.testing.faultproxy import FaultProxy
     from kvprobe.testing.rgw import RgwServer
 
     started = time.monotonic()
     rows: list[list[str]] = []
+    false_alarms: list[str] = []
     with RgwServer() as server:
         server.create_bucket(BUCKET)
         creds = server.credentials()
@@ -98,8 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not seeds:
                     continue
                 make = obj_defects.defect_class(name.split()[0])
-                got = power(obj_defects.proxied_factory(make, proxy.endpoint_url, writer), seeds, name)
+                got = power(obj_defects.proxied_factory(make, proxy.endpoint_url, writer), seeds, name, args.timeout)
                 rows.append(_row(name, defect, got))
+                if name.startswith("honest"):
+                    false_alarms = got["reports"]
     columns = [
         "object engine",
         "defect",
@@ -109,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     print("\n".join("| " + " | ".join(row) + " |" for row in rows))
+    for report in false_alarms:  # the honest engine failed: what it answered, to explain
+        print(f"\nThe honest engine's failure, {report}")
     minutes = (time.monotonic() - started) / 60
     print(f"\n({minutes:.0f} minutes in all)")
     if args.write:
@@ -118,12 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write(columns: list[str], rows: list[list[str]], args: argparse.Namespace, note: str) -> None:
     today = datetime.datetime.now(datetime.timezone.utc)
-    name = f"conform-obj-power-{today:%Y-%m-%d}"
+    name = f"conform-obj-power-{args.timeout:g}s-{today:%Y-%m-%d}"
     data = {
         "title": "kvprobe conform against three defects of the object engine and the honest one, on Ceph RGW",
         "date": f"{today:%Y-%m-%d %H:%M} UTC",
         "machine": machine_record(),
-        "command": f"{COMMAND} --seeds {args.seeds} --control-seeds {args.control_seeds} --write",
+        "command": f"{COMMAND} --seeds {args.seeds} --control-seeds {args.control_seeds} "
+        f"--timeout {args.timeout:g} --write",
         "note": note,
         "source": f"written by {COMMAND}",
         "tables": {"defects": {"columns": columns, "rows": rows}},

@@ -30,6 +30,10 @@ from kvprobe.testing.stateful.objstore import nixl_obj_target
 
 #: The share of requests the proxy answers 500 (each HEAD draws afresh, so a retry can pass).
 ERROR_SHARE = 0.2
+#: The conform ``--timeout`` of these runs: a manager's ``lookup_timeout_s`` of 5 s, the object
+#: engine's own default deadline.  Under 1 s (a 0.75 s deadline) a fifth of HEADs failing
+#: leaves the honest engine's stored keys unanswered in some runs on a loaded machine.
+TIMEOUT_S = 5.0
 #: How long the stale cache believes a HEAD that found the object.
 HIT_TTL_S = 60.0
 

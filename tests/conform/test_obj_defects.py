@@ -2,8 +2,8 @@
 
 The store is a Ceph RGW of this module's own behind a fault proxy that
 answers a fifth of the requests ``500 InternalError`` (``obj_defects.py``):
-the honest ``NixlObjBackend`` retries within its deadline (fitted under the
-default 1 s timeout) and answers every key truthfully; each defect makes a
+the honest ``NixlObjBackend`` retries within its deadline (fitted under a
+5 s timeout: ``TIMEOUT_S`` says why) and answers every key truthfully; each defect makes a
 key's answer wrong, and conform's oracle (``TierAnswersTruthfully``) names it.
 Counts only: each defect's run must fail, from every seed tried.  The
 proxy's faults are drawn afresh in every run, so Hypothesis's replay of a
@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from obj_defects import ERROR_SHARE, OBJ_DEFECTS, defect_class, proxied_factory
+from obj_defects import ERROR_SHARE, OBJ_DEFECTS, TIMEOUT_S, defect_class, proxied_factory
 
 from kvprobe.backends._nixl_import import nixl_unavailable
-from kvprobe.conform import DEFAULT_TIMEOUT_S
 from kvprobe.testing.stateful import run_conformance
 from kvprobe.testing.stateful.objstore import BUCKET_ENV, PREFIX_ENV
 
@@ -62,14 +61,14 @@ def proxied(gateway: tuple[str, Any, dict[str, Any]], monkeypatch: pytest.Monkey
 def test_the_honest_engine_passes_behind_the_flaky_gateway(proxied: tuple[str, Any]) -> None:
     # The control: the failures below are the defects', not the gateway's.
     factory = proxied_factory(defect_class("honest"), *proxied)
-    result = run_conformance(factory, examples=30, derandomize=True, shrink=False, timeout_s=DEFAULT_TIMEOUT_S)
+    result = run_conformance(factory, examples=30, derandomize=True, shrink=False, timeout_s=TIMEOUT_S)
     assert result.passed, result.failure
 
 
 @pytest.mark.parametrize("name", sorted(OBJ_DEFECTS))
 def test_conform_fails_the_defect_from_every_seed(name: str, proxied: tuple[str, Any]) -> None:
     factory = proxied_factory(defect_class(name), *proxied)
-    reports = [run_conformance(factory, seed=seed, shrink=False, timeout_s=DEFAULT_TIMEOUT_S) for seed in range(SEEDS)]
+    reports = [run_conformance(factory, seed=seed, shrink=False, timeout_s=TIMEOUT_S) for seed in range(SEEDS)]
     assert not any(result.passed for result in reports), [result.seed for result in reports if result.passed]
     assert any(NAMED in result.failure for result in reports), reports[0].failure
 
