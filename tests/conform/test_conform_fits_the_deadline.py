@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+import pytest
+
 from kvprobe.backends import InMemoryBackend
+from kvprobe.conform import main as conform_main
 from kvprobe.testing.stateful import Target, run_conformance
 
 
@@ -48,3 +51,20 @@ def test_without_a_timeout_the_tier_keeps_its_deadline() -> None:
     DeadlineTier.fitted = []
     assert run_conformance(_factory, examples=3, derandomize=True, timeout_s=None).passed
     assert DeadlineTier.fitted == []
+
+
+class ShortDeadlineTier(DeadlineTier):
+    """Refuses a timeout above 10 s, as the object tier refuses one above an hour."""
+
+    def fit_deadline(self, lookup_timeout_s: float) -> float:
+        if lookup_timeout_s > 10:
+            raise ValueError(f"lookup_timeout_s must be a number of seconds in (0, 10], got {lookup_timeout_s!r}")
+        return super().fit_deadline(lookup_timeout_s)
+
+
+def test_a_timeout_the_tier_refuses_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # Refused in the first call of the factory, before any run: one line and
+    # exit 2, not a failing example blamed on the tier's answers.
+    assert conform_main([f"{__name__}:ShortDeadlineTier", "--timeout", "20"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ValueError" in err[0] and "(0, 10]" in err[0], err
