@@ -34,8 +34,9 @@ Worker modes:
 Ground truth: a factory returns a :class:`Target` (a backend plus ``store``
 and ``remove``), a ``BlockStore``, or a ``(backend, store, remove)`` tuple;
 the machine keeps the set of stored keys and expects the backend to agree.
-:func:`memory_factory` is the in-memory example; ``kvprobe conform`` runs
-:func:`run_conformance` on any factory.
+:func:`memory_factory` is the in-memory example, :func:`nixl_obj_factory`
+the object tier on a bucket named by the environment (:mod:`.objstore`);
+``kvprobe conform`` runs :func:`run_conformance` on any factory.
 
 Where each part lives (read in this order):
 
@@ -60,6 +61,7 @@ from __future__ import annotations
 from kvprobe.testing.stateful.abstraction import abstract_state
 from kvprobe.testing.stateful.ghosts import GhostRecorder
 from kvprobe.testing.stateful.machine import lookup_machine
+from kvprobe.testing.stateful.objstore import ConformConfigError, nixl_obj_factory
 from kvprobe.testing.stateful.report import failure_report
 from kvprobe.testing.stateful.run import SHRINK_SECONDS, ConformanceResult, run_conformance
 from kvprobe.testing.stateful.tier import (
@@ -79,6 +81,7 @@ __all__ = [
     "KEYS",
     "REQS",
     "SHRINK_SECONDS",
+    "ConformConfigError",
     "ConformanceResult",
     "GhostRecorder",
     "ScriptedBackend",
@@ -89,6 +92,7 @@ __all__ = [
     "failure_report",
     "lookup_machine",
     "memory_factory",
+    "nixl_obj_factory",
     "run_conformance",
     "short_name",
 ]

@@ -234,11 +234,17 @@ def run_conformance(
     Raises:
         TypeError: the factory's first result is not a usable target (the
             run could not start).  Other errors of the factory's first call
-            propagate unchanged.
+            propagate unchanged, and so does the error of its tier's
+            ``fit_deadline(timeout_s)`` (a timeout the tier refuses).
     """
     made = as_target(factory())  # fail early, with a clear message, if the factory is unusable
-    if made.close is not None:
-        made.close()
+    try:
+        fit_deadline = getattr(made.backend, "fit_deadline", None)
+        if timeout_s is not None and callable(fit_deadline):
+            fit_deadline(timeout_s)  # a timeout the tier refuses is the caller's error, not a failing run
+    finally:
+        if made.close is not None:
+            made.close()
     runs = _Runs(factory, shrink_runs, shrink_seconds, on_run)
     machine = lookup_machine(
         manager_class=manager_class, factory=runs, worker=worker, round_trips=round_trips, budget_s=timeout_s

@@ -93,7 +93,11 @@ class ScriptedBackend:
     the wrapped backend gives is compared with it, key by key, before any
     scripted fault is applied; with ``budget_s``, a call that takes longer is
     a fault too (behind a manager with that timeout its keys would resolve as
-    MISS).  Each finding is appended to ``lies`` as one line; the machine's
+    MISS).  A tier with a deadline of its own (``fit_deadline``, as the
+    object tier has) is handed ``budget_s`` first, as that manager would hand
+    it its ``lookup_timeout_s``: it then gives up before the budget and
+    answers what it has, and the audit judges the tier a manager would run.
+    Each finding is appended to ``lies`` as one line; the machine's
     ``TierAnswersTruthfully`` check fails on the first.  The audit runs on the
     calling thread (the worker's in thread mode): it only appends, so it never
     changes what the manager sees.
@@ -120,6 +124,9 @@ class ScriptedBackend:
         self.faults: list[str] = []
         self._failures: dict[tuple[tuple[bytes, ...], str | None], FailureKind] = {}
         self._lock = threading.Lock()
+        fit_deadline = getattr(inner, "fit_deadline", None)
+        if budget_s is not None and callable(fit_deadline):
+            fit_deadline(budget_s)
 
     def batch_lookup(self, keys: Sequence[bytes], req_context: object) -> Any:
         keys = list(keys)
