@@ -74,8 +74,14 @@ test: lint rgw
 	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine"
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
+# Three stages: liveness2 (about 8 CPU minutes of TLC) alone, the other
+# long TLC runs, and the rest (Hypothesis campaigns, RGW storms and fleets,
+# mostly waiting); .ci/run runs vLLM's tests and the deep replay beside them.
 test-long: rgw dev
-	HYPOTHESIS_PROFILE=ci $(STAGES) "long and tlc" "long and not tlc"
+	HYPOTHESIS_PROFILE=ci $(STAGES) \
+	  "long and tlc@tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
+	  "long and tlc@!tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
+	  "long and not tlc"
 
 bench: dev
 	$(BIN)/python -m bench.run_all
