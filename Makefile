@@ -60,7 +60,8 @@ rgw:
 # Four pytest processes side by side (buildtools/stages.py prints each one's
 # log and the sum): the TLC runs (marked `tlc`, Java keeping a core busy) in
 # two, the first holding the tests that share mutant runs through
-# tests/tla/mutant_runs.py (one process, one run each); the rest (mostly
+# tests/tla/mutant_runs.py and TLC's state graphs through tests/tla/conftest.py's
+# session fixtures (one process, one run each); the rest (mostly
 # waiting on threads, sockets and local servers) in two by folder.
 # Then, alone, the tests marked `quiet`: they judge helpers by the CPU they
 # get (tests/faults/test_cpu_gate.py), which a TLC run beside them starves.
@@ -68,8 +69,8 @@ STAGES := $(BIN)/python -m buildtools.stages
 
 test: lint rgw
 	HYPOTHESIS_PROFILE=ci $(STAGES) \
-	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py" \
-	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py" \
+	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py,tests/tla/test_tla_conformance.py,tests/tla/test_model_walk_checks.py" \
+	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py,!tests/tla/test_tla_conformance.py,!tests/tla/test_model_walk_checks.py" \
 	  "not long and not tlc and not quiet@tests/core,tests/cli,tests/conform,tests/mutants,tests/property,tests/engine" \
 	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine"
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
