@@ -104,11 +104,12 @@ pure:
 
 # The compiled core is what the scheduler-facing tests exercise: the core,
 # the property suite and its mutants, the drop-in, the packaging checks
-# (every other test runs against the same code in `make test`).
-COMPILED_TESTS := tests/core tests/property tests/mutants tests/engine tests/packaging
+# (every other test runs against the same code in `make test`), in two
+# stages side by side (none of them is marked `quiet`).
+COMPILED_STAGES := "not long@tests/core,tests/property" "not long@tests/mutants,tests/engine,tests/packaging"
 
 test-compiled: rgw compiled
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long" $(COMPILED_TESTS); s=$$?; $(MAKE) -s pure; exit $$s
+	HYPOTHESIS_PROFILE=ci $(STAGES) $(COMPILED_STAGES); s=$$?; $(MAKE) -s pure; exit $$s
 
 # vLLM 0.33.0's own tier tests (on vLLM's class and with the one-line switch)
 # and this repository's tests that need the release, in a separate venv
