@@ -106,7 +106,7 @@ pure:
 # the property suite and its mutants, the drop-in, the packaging checks
 # (every other test runs against the same code in `make test`), in two
 # stages side by side (none of them is marked `quiet`).
-COMPILED_STAGES := "not long@tests/core,tests/property" "not long@tests/mutants,tests/engine,tests/packaging"
+COMPILED_STAGES := "not long@tests/core,tests/property,tests/mutants" "not long@tests/engine,tests/packaging"
 
 test-compiled: rgw compiled
 	HYPOTHESIS_PROFILE=ci $(STAGES) $(COMPILED_STAGES); s=$$?; $(MAKE) -s pure; exit $$s
