@@ -60,7 +60,8 @@ rgw:
 # Four pytest processes side by side (buildtools/stages.py prints each one's
 # log and the sum): the TLC runs (marked `tlc`, Java keeping a core busy) in
 # two, the first holding the tests that share mutant runs through
-# tests/tla/mutant_runs.py (one process, one run each); the rest (mostly
+# tests/tla/mutant_runs.py and TLC's state graphs through tests/tla/conftest.py's
+# session fixtures (one process, one run each); the rest (mostly
 # waiting on threads, sockets and local servers) in two by folder.
 # Then, alone, the tests marked `quiet`: they judge helpers by the CPU they
 # get (tests/faults/test_cpu_gate.py), which a TLC run beside them starves.
@@ -68,14 +69,20 @@ STAGES := $(BIN)/python -m buildtools.stages
 
 test: lint rgw
 	HYPOTHESIS_PROFILE=ci $(STAGES) \
-	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py" \
-	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py" \
+	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py,tests/tla/test_tla_conformance.py,tests/tla/test_model_walk_checks.py" \
+	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py,!tests/tla/test_tla_conformance.py,!tests/tla/test_model_walk_checks.py" \
 	  "not long and not tlc and not quiet@tests/core,tests/cli,tests/conform,tests/mutants,tests/property,tests/engine" \
 	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine"
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
+# Three stages: liveness2 (about 8 CPU minutes of TLC) alone, the other
+# long TLC runs, and the rest (Hypothesis campaigns, RGW storms and fleets,
+# mostly waiting); .ci/run runs vLLM's tests and the deep replay beside them.
 test-long: rgw dev
-	HYPOTHESIS_PROFILE=ci $(STAGES) "long and tlc" "long and not tlc"
+	HYPOTHESIS_PROFILE=ci $(STAGES) \
+	  "long and tlc@tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
+	  "long and tlc@!tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
+	  "long and not tlc"
 
 bench: dev
 	$(BIN)/python -m bench.run_all
@@ -97,11 +104,12 @@ pure:
 
 # The compiled core is what the scheduler-facing tests exercise: the core,
 # the property suite and its mutants, the drop-in, the packaging checks
-# (every other test runs against the same code in `make test`).
-COMPILED_TESTS := tests/core tests/property tests/mutants tests/engine tests/packaging
+# (every other test runs against the same code in `make test`), in two
+# stages side by side (none of them is marked `quiet`).
+COMPILED_STAGES := "not long@tests/core,tests/property,tests/mutants" "not long@tests/engine,tests/packaging"
 
 test-compiled: rgw compiled
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m "not long" $(COMPILED_TESTS); s=$$?; $(MAKE) -s pure; exit $$s
+	HYPOTHESIS_PROFILE=ci $(STAGES) $(COMPILED_STAGES); s=$$?; $(MAKE) -s pure; exit $$s
 
 # vLLM 0.33.0's own tier tests (on vLLM's class and with the one-line switch)
 # and this repository's tests that need the release, in a separate venv

@@ -10,7 +10,8 @@ A stage is a marker expression, optionally followed by ``@`` and a comma
 list of test paths it runs (``tests/core,tests/cli``) or, prefixed with
 ``!``, leaves out (``!tests/core,!tests/cli``): one expression cut in two
 by folder, the second half the complement of the first, so that no test
-falls between the stages.
+falls between the stages.  A path may be one test's id
+(``tests/x.py::test_y[p]``): a long test then gets a stage of its own.
 
 Each stage's output goes to its own log, printed whole when the stage ends
 (so two runs never interleave line by line), and the last line sums the
@@ -48,7 +49,7 @@ def summary_counts(log: str) -> Counter[str]:
 
 
 def stage_arguments(stage: str) -> list[str]:
-    """The pytest arguments that select one stage: ``-m EXPR``, then its paths or ``--ignore``s.
+    """The pytest arguments that select one stage: ``-m EXPR``, then its paths or what it leaves out.
 
     Raises:
         ValueError: the stage mixes paths it runs and paths it leaves out
@@ -66,7 +67,8 @@ def stage_arguments(stage: str) -> list[str]:
     if any(left_out) and not all(left_out):
         raise ValueError(f"stage {stage!r} mixes paths to run with paths to leave out ('!')")
     if all(left_out):
-        return arguments + [f"--ignore={path[1:]}" for path in paths]
+        # --ignore takes files and folders only; a test's id is deselected.
+        return arguments + [f"--{'deselect' if '::' in path else 'ignore'}={path[1:]}" for path in paths]
     return arguments + paths
 
 

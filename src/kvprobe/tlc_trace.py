@@ -300,6 +300,8 @@ def trace_to_tla(events: Sequence[Mapping[str, object]], module: str = "TraceRun
         "====\n"
     )
     config = (
+        # One behaviour to follow: a small graph, so C1 alone (kvprobe.tlc.QUICK_JIT).
+        "\\* kvprobe: jit c1\n"
         "CONSTANTS\n"
         "    Keys <- TraceKeys\n"
         "    Reqs <- TraceReqs\n"
