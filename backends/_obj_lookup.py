@@ -6,13 +6,17 @@ timeout), and tells nothing about which key failed; and one NIXL agent keeps
 about 25 HEADs in flight whatever its ``num_threads`` says (the AWS C++ SDK's
 default connection limit).  So a group is never one call:
 
-* the keys are cut into **chunks** of ``agent_threads`` keys (one round of
-  parallel HEADs on one agent), run on a shared pool of ``agents`` threads,
-  each thread querying with its own NIXL agent: ``agents * agent_threads``
-  HEADs in flight per backend, whatever the number of concurrent groups;
-  concurrent groups take **turns** on the pool (round robin, not first come
-  first served), so a small group waits for at most one chunk of each
-  larger group ahead of it;
+* the keys are cut into **chunks** of at most ``agent_threads`` keys (one
+  round of parallel HEADs on one agent), run on a shared pool of threads,
+  each thread querying with its own NIXL agent.  The pool counts **HEADs**,
+  not queries: at most ``heads`` HEADs in flight per backend, whatever the
+  number of concurrent groups, in at most ``agents`` queries.  When queries
+  shrink (below), more of them run at once, so the HEADs in flight do not
+  shrink with them: 4 queries of 2 keys would leave 8 HEADs in flight where
+  64 are allowed, and under a random loss of 20 % the retries would not fit
+  the deadline.  Concurrent groups take **turns** on the pool (round robin,
+  not first come first served), so a small group waits for at most one
+  chunk of each larger group ahead of it;
 * a chunk that fails is **split** and only its parts are retried, after a
   **jittered exponential backoff** (``base * 2**attempt``, capped, times a
   uniform factor in [0.5, 1.5]).  NIXL keeps no answer of a failed query
@@ -163,8 +167,11 @@ class ChunkedLookup:
         query: ``query(names) -> list`` with one answer per name (``None``
             for absent), raising if any name's lookup failed.  It is called
             from the pool's threads, at most ``agents`` at a time.
-        agents: pool threads (concurrent queries).
+        agents: pool threads (the most queries at once, per backend and per call).
         chunk: names per query at most (and at first: see :class:`QuerySize`).
+        heads: the most HEADs in flight (names in running queries), per
+            backend and per call; None: ``agents * chunk`` (the pool then
+            bounds queries alone).
         retry: backoff policy (None: a failed chunk's keys are not retried).
         seed: for the jitter (None: from the OS).
         classify: ``classify(exc, elapsed_s) -> cause`` (one of
@@ -198,6 +205,7 @@ class ChunkedLookup:
         query_one_from: int = 2,
         pacer: Pacer | None = None,
         retry_after: Callable[[BaseException], float | None] | None = None,
+        heads: int | None = None,
     ) -> None:
         self._query = query
         self._query_one = query_one
@@ -210,12 +218,13 @@ class ChunkedLookup:
         self.counters = LookupCounters()
         self.sizes = QuerySize(chunk)
         self._agents = agents
+        self._heads = heads if heads is not None else agents * chunk
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # the shared QuerySize and query duration
         self._query_s = 0.0  # a successful query's usual duration (smoothed): a shed's margin
         # Concurrent runs take turns on the pool (not FIFO): a small group
         # never waits behind every chunk of a large one (see _fair_pool).
-        self._pool = FairPool(agents, "kvprobe-obj")
+        self._pool = FairPool(agents, "kvprobe-obj", capacity=self._heads)
         self._closed = False
 
     def run(self, names: Sequence[str], deadline_s: float) -> RunResult:
@@ -259,6 +268,7 @@ class ChunkedLookup:
             done, _ = wait(call.running, timeout=timeout, return_when=FIRST_COMPLETED)
             for future in done:
                 chunk = call.running.pop(future)
+                call.running_heads -= chunk.stop - chunk.start
                 outcome = None if future.cancelled() else future.result()
                 if outcome is not None:
                     self._record(plan, chunk, outcome)
@@ -332,6 +342,7 @@ class _Call:
         self.backlog: deque[Chunk] = deque()  # due, not yet reserved
         self.held: tuple[float, Chunk] | None = None  # reserved for a start in the future
         self.running: dict[Future[_Outcome | None], Chunk] = {}
+        self.running_heads = 0  # names in `running`
         self.paced = 0
 
     def pending(self) -> bool:
@@ -340,7 +351,9 @@ class _Call:
         return bool(self.running or self.held or self.backlog) or plan.unsent or plan.next_retry_at() is not None
 
     def dispatch(self, now: float) -> None:
-        """Submit what the pace allows: at most ``agents`` queries of this call in the pool, one held ahead.
+        """Submit what the pace allows: at most ``agents`` queries and ``heads`` HEADs of this call in the pool.
+
+        One reservation is held ahead at most.
 
         Every key is asked once before any is asked again (the next first
         query, of the size queries have now, then the retries due): under an
@@ -353,7 +366,7 @@ class _Call:
                 return
             self._submit(self.held[1])
             self.held = None
-        while len(self.running) < engine._agents:
+        while len(self.running) < engine._agents and self.running_heads < engine._heads:
             chunk = self.plan.next_first(engine.query_size()) if self.plan.unsent else None
             if chunk is None and self.backlog:
                 chunk = self.backlog.popleft()
@@ -381,8 +394,9 @@ class _Call:
         engine = self.engine
         single = chunk.attempt >= engine._query_one_from and chunk.stop - chunk.start == 1
         names = self.names[chunk.start : chunk.stop]
-        future = engine._pool.submit(self.plan, engine._guarded, self.cancelled, names, single)
+        future = engine._pool.submit(self.plan, engine._guarded, self.cancelled, names, single, weight=len(names))
         self.running[future] = chunk
+        self.running_heads += len(names)
 
     def end(self) -> tuple[list[bool], int, dict[str, int]]:
         """Cancel what has not started, give back a held reservation, and settle the plan."""

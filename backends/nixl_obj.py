@@ -7,13 +7,17 @@ failure of any one HEAD raises for the whole query.
 
 How a group is looked up (see :mod:`kvprobe.backends._obj_lookup`): its keys
 are cut into queries of at most ``agent_threads`` keys, run on a shared pool
-of ``ceil(num_threads / agent_threads)`` threads, each with its own NIXL
-agent, so ``num_threads`` HEADs are in flight per backend (one NIXL agent
-alone keeps about 25 in flight whatever its own ``num_threads`` says).  NIXL
-keeps no answer of a query in which one HEAD failed, so the query size
-adapts (halved by a failure, one key more after each full-size success) and
-a failed query's keys are retried in parts of that size (at most half of
-it), with jittered exponential backoff: one key's failure never decides
+of threads, each with its own NIXL agent, with at most ``num_threads`` HEADs
+in flight per backend (one NIXL agent alone keeps about 25 in flight
+whatever its own ``num_threads`` says).  NIXL keeps no answer of a query in
+which one HEAD failed, so the query size adapts (halved by a failure, one
+key more after each full-size success) and a failed query's keys are
+retried in parts of that size (at most half of it), with jittered
+exponential backoff.  The pool counts HEADs, not queries: as queries shrink,
+more run at once, up to :data:`QUERIES_PER_SHARE` times
+``ceil(num_threads / agent_threads)`` queries (16 by default), so that a
+random loss that shrinks queries to 1 or 2 keys does not also shrink the
+HEADs in flight to a handful.  One key's failure never decides
 another key's verdict, and a failing key is isolated in a few rounds while
 the keys around it are answered.  At ``deadline_s`` the call returns, and
 each key still without an answer reads as MISS, counted by cause in
@@ -111,12 +115,21 @@ from kvprobe.backends.layout import relative_name
 
 __all__ = [
     "PACE_SCOPES",
+    "QUERIES_PER_SHARE",
     "BucketNotFoundError",
     "NixlObjBackend",
     "ObjStoreUnavailableError",
     "classify_failure",
     "retry_after_of",
 ]
+
+
+#: Queries (NIXL agents) run at once per ``agent_threads`` of ``num_threads``:
+#: enough that queries shrunk to 4 keys by failures still keep
+#: ``num_threads`` HEADs in flight.  Agents are created only when that many
+#: queries run at once, so a store that answers full-size queries uses
+#: ``ceil(num_threads / agent_threads)`` of them, as before.
+QUERIES_PER_SHARE = 4
 
 
 def _has_boto3() -> bool:
@@ -260,7 +273,7 @@ class NixlObjBackend:
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.num_threads = num_threads
         self.agent_threads = min(agent_threads, num_threads)
-        self.agents = math.ceil(num_threads / self.agent_threads)
+        self.agents = min(num_threads, QUERIES_PER_SHARE * math.ceil(num_threads / self.agent_threads))
         self.deadline_s = float(deadline_s)
         self.max_attempts = max_attempts
         self.connect_timeout_s = float(connect_timeout_s)
@@ -309,6 +322,7 @@ class NixlObjBackend:
             self._query,
             agents=self.agents,
             chunk=self.agent_threads,
+            heads=num_threads,
             retry=RetryPolicy(float(retry_base_s), float(retry_cap_s)),
             seed=seed,
             classify=classify_failure,

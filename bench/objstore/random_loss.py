@@ -116,7 +116,7 @@ def one_run(creds: dict[str, Any], seed: int) -> Run:
         "undone": pacing.get("undone"),
         "served": pacing.get("served"),
         "host_fallbacks": pacing.get("host_fallbacks"),
-        "lowest_rate": min((e["rate_after"] for e in trace if _since(e, began)), default=None),
+        "lowest_rate": min((float(e["rate_after"] or 0.0) for e in trace if _since(e, began)), default=None),
     }
 
 
