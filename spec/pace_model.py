@@ -35,8 +35,9 @@ explains the failed queries):
 * ``LoadDecreases``: a window failing more than ``load_share`` of its HEADs
   lowers the rate (a decrease, whatever the holdoff), or holds it at the
   rate the last decrease set while that decrease is being checked.
-* ``UndoBelowLoad``: once a decrease on such a window set a rate, no undo
-  lifts the rate above it before a window passes without a failure.
+* ``UndoBelowLoad``: once a decrease on such a window set a rate, the
+  undo ending that chain of decreases (no window without a failure
+  between) does not lift the rate above it.
 * ``SizedCut``: a decrease on a window failing a share ``f`` below
   ``1 - beta`` in which some grant had to wait (the rate, not the demand,
   set its sends), from a paced rate other than the one the last decrease
@@ -238,7 +239,9 @@ class PaceModel:
             self.decrease_set = after
             if share > self.load_share:
                 self.load_rate = after
-        if not any(o.failed for o in counted):
+        if undone or not any(o.failed for o in counted):
+            # An undo or a window without failure ends the chain of
+            # decreases: the next chain starts from the rate regrown since.
             self.load_rate = None
 
 

@@ -148,6 +148,22 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
                 self.now = max(self.now, start + rtt)
                 self._outcome(core, model, start, heads, failed, None)
 
+        @precondition(lambda self: self.core is not None)
+        @rule(
+            every=st.integers(2, 20),
+            heavy=st.booleans(),
+            count=st.integers(8, 64),
+            heads=st.sampled_from([1, 4]),
+            rtt=st.floats(0.002, 0.05),
+        )
+        def shaped_traffic(self, every: int, heavy: bool, count: int, heads: int, rtt: float) -> None:
+            """Queries failing one in ``every`` (or all but one in ``every`` if ``heavy``): a steady share.
+
+            Random booleans rarely repeat one share window after window, and
+            the pace's noise, undo and holdoff need that to be reached.
+            """
+            self.traffic([(i % every == 0) != heavy for i in range(count)], heads, rtt)
+
         @invariant()
         def rate_is_finite(self) -> None:
             if self.core is not None:

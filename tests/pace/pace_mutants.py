@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kvprobe.backends._pace_core import PaceCore
+from kvprobe.backends._pace_core import NOISE_MARGIN, PaceCore
 
 __all__ = ["MUTANTS"]
 
@@ -110,16 +110,11 @@ class LoadIgnored(PaceCore):
     LOAD_SHARE = 1.0
 
 
-class LoadHeldOff(PaceCore):
-    """Inside a holdoff no window is load: a window of 503s waits out the holdoff like a noisy one."""
+class NoiseHidesLoad(PaceCore):
+    """The noise limit is not capped at LOAD_SHARE: noise learnt at 0.2 or more hides a window of 503s."""
 
-    def _maybe_judge(self, now: float) -> None:
-        if self._holdoff_left:
-            self.LOAD_SHARE = 1.0
-        try:
-            super()._maybe_judge(now)
-        finally:
-            vars(self).pop("LOAD_SHARE", None)
+    def noise_limit(self) -> float:
+        return 2.0 * self.noise + NOISE_MARGIN if self.noise else 0.0
 
 
 class LoadUndone(PaceCore):
@@ -154,7 +149,7 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "no-noise": (NoNoise, "NoiseKeepsCapacity"),
     "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
     "load-ignored": (LoadIgnored, "FleetWithinCap"),
-    "load-held-off": (LoadHeldOff, "LoadDecreases"),
+    "noise-hides-load": (NoiseHidesLoad, "LoadDecreases"),
     "load-undone": (LoadUndone, "UndoBelowLoad"),
     "cut-by-beta": (CutByBeta, "SizedCut"),
     "cut-by-beta-near-cap": (CutByBeta, "NearCap"),
