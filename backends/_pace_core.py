@@ -276,7 +276,7 @@ class PaceCore:
         if self._verify is not None:
             # Held while the window after a decrease checks it (a small
             # w_max would otherwise regrow within that window).
-            return max(self.floor, self.beta * self.w_max)
+            return max(self.floor, self._epoch_rate())
         cubic = self._growth(now)
         last_at, last_heads = self._last_reserved
         if self.demand_above and now - last_at <= max(
@@ -297,7 +297,7 @@ class PaceCore:
         # it was kept at.
         t = now - self.t_decrease - self.k
         cubic = self.w_max + self.c * t * t * t
-        line = self.beta * self.w_max + FAIR_INCREASE * (now - self.t_decrease - self.window_max_s)
+        line = self._epoch_rate() + FAIR_INCREASE * (now - self.t_decrease - self.window_max_s)
         return max(cubic, line)
 
     def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
@@ -407,6 +407,11 @@ class PaceCore:
                 self._unsettled += 1
                 self._verify = verify
                 return
+            if self._top is not None:
+                # Decreases sized by a few failures cut a little each: the
+                # chain's fall in what the store answered is measured from
+                # what it answered at the rate before the first of them.
+                served_before = max(served_before, self._top * (1.0 - verify[1]))
             if (
                 window.binding
                 and served < (1 + self.beta) / 2 * served_before
@@ -422,7 +427,7 @@ class PaceCore:
                     return
                 self._doubted = True
                 self._verify = verify  # judged against the same window as before
-                self.w_max *= self.beta
+                self._set_epoch(self.w_max * self.beta, self.t_decrease, self._epoch_rate() / self.w_max)
                 self.tat = max(self.tat, now + self.burst_s)
                 self.stats.decreases += 1
                 return
@@ -457,6 +462,7 @@ class PaceCore:
             and failed < 1.0
             and failed > self.noise_limit()
             and (verify is None or failed >= 1 - self.beta)
+            and not (failed <= NOISE_MARGIN and self._sized())
         ):
             # A few failures in the window right after a decrease do not
             # step down again: they are the store still recovering from the
@@ -466,15 +472,17 @@ class PaceCore:
             # 198 HEAD/s within a second (0.7 cubed), under the demand that
             # followed.  The next window judges the new rate; heavier
             # failures still cut at once.
-            self._decrease(now, served, failed, sent, held)
+            self._decrease(now, served, failed, sent, held, binding=window.binding)
 
-    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
+    def _decrease(
+        self, now: float, served: float, failed: float, achieved: float, current: float | None, binding: bool = False
+    ) -> None:
         # What a few failures step down from: the pace's rate or, from
         # unpaced, the most the store served without a failure of late.
         step_from = current
         if step_from is None and now - self._kept_up[0] <= self.KEPT_UP_S:
             step_from = self._kept_up[1]
-        if step_from is not None and achieved < step_from and failed < 1 - self.beta:
+        if step_from is not None and achieved < step_from and failed < 1 - self.beta and not binding:
             # The demand, not the pace, set this window's sends (it sent less
             # than that), and the store served most of them.  Then
             # what was sent measures that moment's demand, not the store: a
@@ -484,18 +492,20 @@ class PaceCore:
             # The few failures say only that the rate, and the bursts it
             # allows, are too high: one step down.
             base = max(self.floor, step_from)
+            cut = self.beta
         else:
             base = achieved if current is None else min(current, achieved)
             # Never down to less than beta times what we sent, but never above
             # what the store served either: far over its capacity one decrease
             # lands near it instead of one per window.
-            base = max(self.floor, min(base, served / self.beta))
+            cut = self.beta if current is None else max(self.beta, 1.0 - failed)
+            base = max(self.floor, min(base, served / cut))
         self._verify = (served, failed, achieved)
         self._unsettled = 0
-        self._set_epoch(base, now)
+        self._set_epoch(base, now, cut)
         if failed > self.LOAD_SHARE:
             # Load, never noise: no undo goes back above the rate it set.
-            self._decreasing, self._top = True, self.beta * base
+            self._decreasing, self._top = True, self._epoch_rate()
         elif not self._decreasing:
             self._decreasing, self._top = True, current
         # No burst credit (the next window measures the new rate), and the
@@ -503,6 +513,16 @@ class PaceCore:
         self.tat = max(self.tat, now + self.burst_s)
         self.paced = True
         self.stats.decreases += 1
+
+    def _sized(self) -> bool:
+        # The last decrease was sized by a few failures: from then, a window
+        # failing no more than NOISE_MARGIN is no signal.  A store capped
+        # just below the rate fails more as the rate climbs past it (and the
+        # next cut lands on what it served); a gateway failing a few percent
+        # at random fails as much at every rate, and cut on each such window
+        # the pace would settle wherever it happened to be (under 1 % random
+        # 503s, at half the store's rate on the virtual clock).
+        return self.paced and self._epoch_rate() > self.beta * self.w_max * (1 + 1e-9)
 
     def noise_limit(self) -> float:
         """The failures per HEAD a window may have without being a congestion signal (0 until a decrease was undone)."""
@@ -522,8 +542,13 @@ class PaceCore:
         if self._top is None:
             self.paced = False
         else:
-            self._set_epoch(self._top, now)
-            self.t_decrease = now - self.k
+            # CUBIC's plateau at that rate (K = 0: its curve grows from
+            # there, and the fair line from there after one long window:
+            # restored as if K seconds had passed, the line would already
+            # stand 10 HEAD/s per second of K above it).  Never below the
+            # rate the decrease being undone held (regrowth since the first
+            # decrease of the chain may have passed that rate).
+            self._set_epoch(max(self._top, self._epoch_rate()), now, cut=1.0)
         self._decreasing = False
         self._doubted = False
         self.stats.undone += 1
@@ -531,10 +556,17 @@ class PaceCore:
         self._holdoff_left = self._holdoff
         self._holdoff = min(2 * self._holdoff, self.holdoff_max)
 
-    def _set_epoch(self, w_max: float, now: float) -> None:
+    def _set_epoch(self, w_max: float, now: float, cut: float | None = None) -> None:
+        # ``cut``: the share of ``w_max`` the rate restarts from (beta unless
+        # the decrease was sized by a small share of failures); CUBIC's K is
+        # the time its curve takes back to ``w_max``.
         self.w_max = w_max
-        self.k = (w_max * (1 - self.beta) / self.c) ** (1 / 3)
+        self.k = (w_max * (1 - (self.beta if cut is None else cut)) / self.c) ** (1 / 3)
         self.t_decrease = now
+
+    def _epoch_rate(self) -> float:
+        # Where CUBIC's curve starts: the rate the last decrease set.
+        return self.w_max - self.c * self.k**3
 
 
 # During a Retry-After hold, one reservation per this many seconds may go

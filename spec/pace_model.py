@@ -27,6 +27,24 @@ Rules (their names appear in every violation):
 * ``UndoRestores``: a step in which it counted an undone decrease never
   lowers its rate.
 
+Rules on each window the pace judged (its HEADs' outcomes, counted here
+from the outcomes reported since the last judgement of queries sent since
+the window opened; the share failing is the per-HEAD probability that
+explains the failed queries):
+
+* ``LoadDecreases``: a window failing more than ``load_share`` of its HEADs
+  lowers the rate (a decrease, whatever the holdoff), or holds it at the
+  rate the last decrease set while that decrease is being checked.
+* ``UndoBelowLoad``: once a decrease on such a window set a rate, the
+  undo ending that chain of decreases (no window without a failure
+  between) does not lift the rate above it.
+* ``SizedCut``: a decrease on a window failing a share ``f`` below
+  ``1 - beta`` in which some grant had to wait (the rate, not the demand,
+  set its sends), from a paced rate other than the one the last decrease
+  set, lands at no less than ``(1 - f)`` times the lower of that rate and
+  the window's send rate: a few failures cost the share that failed, not
+  ``1 - beta``.
+
 :func:`cubic_rate` is CUBIC's curve and :func:`recovery_bound_s` the stated
 bound on the way back from the floor to a store's rate once failures stop.
 """
@@ -36,7 +54,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["Grant", "PaceModel", "PaceRuleBroken", "cubic_rate", "recovery_bound_s"]
+__all__ = [
+    "Grant",
+    "Outcome",
+    "PaceModel",
+    "PaceRuleBroken",
+    "cubic_rate",
+    "failed_share",
+    "recovery_bound_s",
+    "send_rate",
+]
 
 # Rounding slack for sums of floats (seconds).
 EPS = 1e-9
@@ -57,6 +84,15 @@ class Grant:
     rate: float | None
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """A query of ``heads`` HEADs sent at ``sent_at`` was reported answered or ``failed``."""
+
+    sent_at: float
+    heads: int
+    failed: bool
+
+
 @dataclass
 class PaceModel:
     """What a pace did, and the rules it must keep (each step checked as it is recorded).
@@ -66,12 +102,20 @@ class PaceModel:
         burst_s: seconds of the rate that may go out at once.
         max_hold_s: the longest ``Retry-After`` honoured.
         probe_s: the least time between two grants inside a hold.
+        load_share: above this share of failed HEADs a window is load.
+        beta: the deepest cut of one decrease (the rate kept, as a share).
     """
 
     floor: float
     burst_s: float
     max_hold_s: float
     probe_s: float
+    load_share: float = 0.4
+    beta: float = 0.7
+    outcomes: list[Outcome] = field(default_factory=list)  # reported since the last judgement
+    window_grants: list[Grant] = field(default_factory=list)  # granted since the last judgement
+    decrease_set: float | None = None  # the rate the last decrease left
+    load_rate: float | None = None  # the rate a decrease on a load window left, until a window without a failure
     run: list[Grant] = field(default_factory=list)  # paced grants since the last cut
     hold_until: float = -math.inf
     held_at: float = -math.inf
@@ -86,6 +130,7 @@ class PaceModel:
             PaceRuleBroken: ``HoldHonoured`` or ``RateBound``.
         """
         self.grants += 1
+        self.window_grants.append(grant)
         if grant.start < self.hold_until - EPS:
             since = max(self.held_at, self.last_probe)
             if grant.start < since + self.probe_s - EPS:
@@ -151,6 +196,80 @@ class PaceModel:
             raise PaceRuleBroken(f"DecreaseLowers: a decrease took the rate from {before} to {after}")
         if undone and after is not None and (before is None or after < before - 1e-6):
             raise PaceRuleBroken(f"UndoRestores: undoing took the rate from {before} to {after}")
+
+    def outcome_seen(self, outcome: Outcome) -> None:
+        """A query's outcome was reported to the pace (it counts in the window open then)."""
+        self.outcomes.append(outcome)
+
+    def window_judged(
+        self, now: float, opened: float, before: float | None, after: float | None, *, decreased: bool, undone: bool
+    ) -> None:
+        """At ``now`` the pace judged its window opened at ``opened``; rates as in :meth:`rate_seen`.
+
+        Raises:
+            PaceRuleBroken: ``LoadDecreases``, ``UndoBelowLoad`` or ``SizedCut``.
+        """
+        counted = [o for o in self.outcomes if o.sent_at >= opened]
+        waited = any(g.at >= opened and g.start > g.at for g in self.window_grants)
+        self.outcomes, self.window_grants = [], []
+        if not counted:
+            return
+        share = failed_share(counted)
+        if share > self.load_share and not decreased:
+            held = before is not None and after is not None and after <= before + 1e-6
+            if not (held and self.decrease_set is not None and after is not None and after <= self.decrease_set + 1e-6):
+                raise PaceRuleBroken(
+                    f"LoadDecreases: a window failing {share:.3f} of its HEADs took the rate from {before} to {after}"
+                    f" without a decrease (the last decrease set {self.decrease_set})"
+                )
+        lifted = after is None or before is None or after > before + 1e-6
+        if undone and self.load_rate is not None and lifted and (after is None or after > self.load_rate + 1e-6):
+            raise PaceRuleBroken(
+                f"UndoBelowLoad: an undo took the rate to {after}, above {self.load_rate} set on a load window"
+            )
+        if decreased and not undone and before is not None and after is not None and waited:
+            if 0.0 < share < 1.0 - self.beta and (self.decrease_set is None or abs(before - self.decrease_set) > 1e-6):
+                least = (1.0 - share) * min(before, send_rate(counted, now))
+                if after < least * (1 - 1e-9) - 1e-6:
+                    raise PaceRuleBroken(
+                        f"SizedCut: a window failing {share:.3f} of its HEADs cut the rate from {before} to {after},"
+                        f" below {least:.3f}"
+                    )
+        if decreased:
+            self.decrease_set = after
+            if share > self.load_share:
+                self.load_rate = after
+        if undone or not any(o.failed for o in counted):
+            # An undo or a window without failure ends the chain of
+            # decreases: the next chain starts from the rate regrown since.
+            self.load_rate = None
+
+
+def failed_share(outcomes: list[Outcome]) -> float:
+    """The probability of one HEAD failing that explains the failed queries among ``outcomes`` (of their mean size)."""
+    answered = sum(1 for o in outcomes if not o.failed)
+    if not answered:
+        return 1.0
+    heads_per_query = sum(o.heads for o in outcomes) / len(outcomes)
+    return float(1.0 - (answered / len(outcomes)) ** (1.0 / heads_per_query))
+
+
+def send_rate(outcomes: list[Outcome], now: float) -> float:
+    """HEADs sent per second among ``outcomes``, judged at ``now``.
+
+    Between the first and the last send (the last one's HEADs go out at its
+    end, so they are not counted); when all were sent at one instant, over
+    the time since then (at least a millisecond).
+    """
+    first = min(o.sent_at for o in outcomes)
+    last = outcomes[0]
+    for outcome in outcomes:  # of the sends at the latest instant, the one reported last
+        if outcome.sent_at >= last.sent_at:
+            last = outcome
+    heads = sum(o.heads for o in outcomes)
+    if last.sent_at > first and heads > last.heads:
+        return (heads - last.heads) / (last.sent_at - first)
+    return heads / max(now - first, 1e-3)
 
 
 def cubic_rate(w_max: float, since_epoch_s: float, *, c: float, beta: float) -> float:

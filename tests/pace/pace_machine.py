@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvprobe.backends._pace_core import HOLD_PROBE_S, PaceCore
-from kvprobe.spec.pace_model import Grant, PaceModel
+from kvprobe.spec.pace_model import Grant, Outcome, PaceModel
 
 __all__ = ["pace_machine"]
 
@@ -40,7 +40,14 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
         @rule(start_rate=st.one_of(st.none(), st.floats(0.5, 3000.0)), window_heads=st.sampled_from([8, 64]))
         def create(self, start_rate: float | None, window_heads: int) -> None:
             self.core = core_class(0.0, start_rate=start_rate, window_heads=window_heads)
-            self.model = PaceModel(self.core.floor, self.core.burst_s, self.core.max_hold_s, HOLD_PROBE_S)
+            self.model = PaceModel(
+                self.core.floor,
+                self.core.burst_s,
+                self.core.max_hold_s,
+                HOLD_PROBE_S,
+                load_share=PaceCore.LOAD_SHARE,
+                beta=self.core.beta,
+            )
 
         def _pace(self) -> tuple[PaceCore, PaceModel]:
             assert self.core is not None and self.model is not None
@@ -105,6 +112,10 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
             retry_after: float | None,
         ) -> None:
             before, stats = core.rate(self.now), copy.copy(core.stats)
+            # When the pace's open window began: the one fact taken from it;
+            # what the window held is counted by the model from the outcomes.
+            window = core._window
+            model.outcome_seen(Outcome(start, heads, failed))
             if failed:
                 core.failed(self.now, start, heads, retry_after)
                 if retry_after is not None:
@@ -114,7 +125,10 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
                 model.answer_seen(self.now, start)
             decreased = core.stats.decreases > stats.decreases
             undone = core.stats.undone > stats.undone
-            model.rate_seen(before, core.rate(self.now), decreased=decreased, undone=undone)
+            after = core.rate(self.now)
+            model.rate_seen(before, after, decreased=decreased, undone=undone)
+            if core._window is not window:  # a new window: this outcome closed the last one, judged
+                model.window_judged(self.now, window.start, before, after, decreased=decreased, undone=undone)
 
         @precondition(lambda self: self.core is not None)
         @rule(
@@ -133,6 +147,22 @@ def pace_machine(core_class: type[PaceCore] = PaceCore) -> type[RuleBasedStateMa
                 model.granted(Grant(self.ids, self.now, start, heads, rate))
                 self.now = max(self.now, start + rtt)
                 self._outcome(core, model, start, heads, failed, None)
+
+        @precondition(lambda self: self.core is not None)
+        @rule(
+            every=st.integers(2, 20),
+            heavy=st.booleans(),
+            count=st.integers(8, 64),
+            heads=st.sampled_from([1, 4]),
+            rtt=st.floats(0.002, 0.05),
+        )
+        def shaped_traffic(self, every: int, heavy: bool, count: int, heads: int, rtt: float) -> None:
+            """Queries failing one in ``every`` (or all but one in ``every`` if ``heavy``): a steady share.
+
+            Random booleans rarely repeat one share window after window, and
+            the pace's noise, undo and holdoff need that to be reached.
+            """
+            self.traffic([(i % every == 0) != heavy for i in range(count)], heads, rtt)
 
         @invariant()
         def rate_is_finite(self) -> None:

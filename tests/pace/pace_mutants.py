@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kvprobe.backends._pace_core import PaceCore
+from kvprobe.backends._pace_core import NOISE_MARGIN, PaceCore
 
 __all__ = ["MUTANTS"]
 
@@ -24,8 +24,10 @@ class ReserveIgnoresRate(PaceCore):
 class DecreaseForgetsGrants(PaceCore):
     """A decrease sets the bucket to now + burst even when HEADs are granted beyond it (the pace before issue 39)."""
 
-    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
-        super()._decrease(now, served, failed, achieved, current)
+    def _decrease(
+        self, now: float, served: float, failed: float, achieved: float, current: float | None, binding: bool = False
+    ) -> None:
+        super()._decrease(now, served, failed, achieved, current, binding)
         self.tat = now + self.burst_s
 
 
@@ -62,8 +64,10 @@ class NoFloor(PaceCore):
 class DecreaseFromRegrownRate(PaceCore):
     """A decrease steps down from the rate recomputed after its own window raised the cap (fixed in issue 39)."""
 
-    def _decrease(self, now: float, served: float, failed: float, achieved: float, current: float | None) -> None:
-        super()._decrease(now, served, failed, achieved, self.rate(now))
+    def _decrease(
+        self, now: float, served: float, failed: float, achieved: float, current: float | None, binding: bool = False
+    ) -> None:
+        super()._decrease(now, served, failed, achieved, self.rate(now), binding)
 
 
 class UndoLowers(PaceCore):
@@ -106,6 +110,32 @@ class LoadIgnored(PaceCore):
     LOAD_SHARE = 1.0
 
 
+class NoiseHidesLoad(PaceCore):
+    """The noise limit is not capped at LOAD_SHARE: noise learnt at 0.2 or more hides a window of 503s."""
+
+    def noise_limit(self) -> float:
+        return 2.0 * self.noise + NOISE_MARGIN if self.noise else 0.0
+
+
+class LoadUndone(PaceCore):
+    """A decrease on a load window may be undone back to the rate before it, as a noisy one's."""
+
+    def _decrease(
+        self, now: float, served: float, failed: float, achieved: float, current: float | None, binding: bool = False
+    ) -> None:
+        decreasing, top = self._decreasing, self._top
+        super()._decrease(now, served, failed, achieved, current, binding)
+        if failed > self.LOAD_SHARE:
+            self._top = top if decreasing else current
+
+
+class CutByBeta(PaceCore):
+    """Every decrease cuts the rate by ``1 - beta`` whatever share failed (the pace before issue 38's capped case)."""
+
+    def _set_epoch(self, w_max: float, now: float, cut: float | None = None) -> None:
+        super()._set_epoch(w_max, now)
+
+
 MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "reserve-ignores-rate": (ReserveIgnoresRate, "RateBound"),
     "decrease-forgets-grants": (DecreaseForgetsGrants, "RateBound"),
@@ -119,4 +149,8 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "no-noise": (NoNoise, "NoiseKeepsCapacity"),
     "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
     "load-ignored": (LoadIgnored, "FleetWithinCap"),
+    "noise-hides-load": (NoiseHidesLoad, "LoadDecreases"),
+    "load-undone": (LoadUndone, "UndoBelowLoad"),
+    "cut-by-beta": (CutByBeta, "SizedCut"),
+    "cut-by-beta-near-cap": (CutByBeta, "NearCap"),
 }

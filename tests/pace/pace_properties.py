@@ -20,11 +20,14 @@ bounds are the ones docs/pace.md prints:
   failing more than ``LOAD_SHARE`` is never undone, so no pace goes back
   to a rate the bucket refused (``FairShare``'s per-pace band does not
   hold yet: docs/pace.md).
+* ``NearCap``: one pace whose demand is 2-10 % above a bucket capped at
+  400 HEAD/s (calls every 0.1 s, throttled queries retried) has the bucket
+  serve at least 95 % of its cap over the second half of 12 s.
 """
 
 from __future__ import annotations
 
-from pace_sim import CappedStore, ServedStore, saturating_clients, served_heads_per_s
+from pace_sim import CappedStore, ServedStore, capped_run, saturating_clients, served_heads_per_s
 
 from kvprobe.backends._pace_core import PaceCore
 from kvprobe.spec.pace_model import recovery_bound_s
@@ -32,6 +35,7 @@ from kvprobe.spec.pace_model import recovery_bound_s
 __all__ = [
     "check_fair_share",
     "check_fleet_within_cap",
+    "check_near_cap",
     "check_noise_keeps_capacity",
     "check_recovery_within_bound",
 ]
@@ -81,3 +85,13 @@ def check_fleet_within_cap(core_class: type[PaceCore], n: int, cap: float, seed:
     total = sum(served_heads_per_s(s, 20.0, 40.0) for s in sends) / cap
     assert 0.5 <= total <= 1.5, f"FleetWithinCap: {n} paces send {total:.2f} times the cap {cap} together"
     return total
+
+
+def check_near_cap(core_class: type[PaceCore], demand: float, seed: int) -> float:
+    """The share of a 400 HEAD/s bucket's cap served to one pace asked ``demand`` times it, over seconds 6-12."""
+    run = capped_run(core_class(0.0), cap=400.0, demand=demand, seconds=12.0, seed=seed)
+    assert run.served_share >= 0.95, (
+        f"NearCap: the bucket served {run.served_share:.3f} of its cap to a demand {demand:.2f} times it"
+        f" ({run.pace.stats.decreases} decreases, {run.throttled:.3f} throttled)"
+    )
+    return run.served_share

@@ -1,9 +1,10 @@
 """Every named mutant of the pace's rules (pace_mutants.py) is caught by the property that names it.
 
 The stateful machine's rules (RateBound, NoEarlyShed, HoldHonoured,
-RateFloor, DecreaseLowers, UndoRestores) must be *found* by Hypothesis (none
+RateFloor, DecreaseLowers, UndoRestores, LoadDecreases, UndoBelowLoad,
+SizedCut) must be *found* by Hypothesis (none
 written by hand); the whole-run properties (RecoveryWithinBound,
-NoiseKeepsCapacity, FleetWithinCap) are searched the same way over their
+NoiseKeepsCapacity, FleetWithinCap, NearCap) are searched the same way over their
 parameters.
 """
 
@@ -14,7 +15,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 from pace_machine import pace_machine
 from pace_mutants import MUTANTS
-from pace_properties import check_fleet_within_cap, check_noise_keeps_capacity, check_recovery_within_bound
+from pace_properties import (
+    check_fleet_within_cap,
+    check_near_cap,
+    check_noise_keeps_capacity,
+    check_recovery_within_bound,
+)
 
 from kvprobe.backends._pace_core import PaceCore
 from kvprobe.testing.search import failure_messages
@@ -58,12 +64,20 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
             check_fleet_within_cap(core_class, n, cap, seed)
 
         fleet()
+    elif prop == "NearCap":
+
+        @WHOLE_RUNS
+        @given(demand=st.floats(1.02, 1.10), seed=st.integers(0, 2**16))
+        def near_cap(demand: float, seed: int) -> None:
+            check_near_cap(core_class, demand, seed)
+
+        near_cap()
     else:
         run_state_machine_as_test(pace_machine(core_class), settings=SEARCH)
 
 
 def test_every_named_mutant_is_listed() -> None:
-    assert len(MUTANTS) == 12
+    assert len(MUTANTS) == 16
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from pace_properties import (
     check_fair_share,
     check_fleet_within_cap,
+    check_near_cap,
     check_noise_keeps_capacity,
     check_recovery_within_bound,
 )
@@ -29,6 +30,14 @@ def test_noise_keeps_capacity(loss: float, seed: int, heads: int) -> None:
     check_noise_keeps_capacity(PaceCore, loss, seed, heads)
 
 
+# Before decreases were sized by the share that failed, 34 of 40 such runs
+# (demand 1.02-1.10 times the cap, 10 seeds) served under 95 % of the cap.
+@RUNS
+@given(demand=st.floats(1.02, 1.10), seed=st.integers(0, 2**16))
+def test_near_cap(demand: float, seed: int) -> None:
+    check_near_cap(PaceCore, demand, seed)
+
+
 # An overrun shows in a few runs of a hundred (6 of 150 before LOAD_SHARE),
 # so more of them; about 20 s.
 @settings(settings.default, max_examples=80)
@@ -37,11 +46,17 @@ def test_fleet_within_cap(n: int, cap: float, seed: int) -> None:
     check_fleet_within_cap(PaceCore, n, cap, seed)
 
 
-# Counterexamples to FairShare's per-pace band found on today's rule (the
-# fleet stays within FleetWithinCap's band in each); strict, so the day one
-# holds the test says so.  Pinned rather than drawn: a draw of 12 finds one
-# in about half the runs (11 of 150 fail over caps of 200-1,000).
-@pytest.mark.xfail(strict=True, reason="FairShare's per-pace band does not hold yet (docs/pace.md)")
+# The runs that missed FairShare's per-pace band before decreases were sized
+# by the share that failed (strict xfails then): each pace within it now.
 @pytest.mark.parametrize(("n", "cap", "seed"), [(6, 200.0, 7932), (3, 1000.0, 23770)])
+def test_fair_share_where_it_missed_before(n: int, cap: float, seed: int) -> None:
+    check_fair_share(PaceCore, n, cap, seed)
+
+
+# Counterexamples found on today's rule: 5 of 60 drawn runs send 1.21-1.33
+# times the cap together (FairShare's band is 0.8-1.2; FleetWithinCap's 1.5
+# holds).  Strict, so the day they hold the test says so.
+@pytest.mark.xfail(strict=True, reason="FairShare's fleet band does not hold yet (docs/pace.md)")
+@pytest.mark.parametrize(("n", "cap", "seed"), [(5, 200.0, 49906), (5, 400.0, 2827)])
 def test_fair_share(n: int, cap: float, seed: int) -> None:
     check_fair_share(PaceCore, n, cap, seed)
