@@ -22,9 +22,12 @@ full; docs/pace.md says how it is verified):
 * **CUBIC** (botocore's constants ``c = 0.4``, ``beta = 0.7``, floor 0.5):
   a window with failures sets ``w_max`` from the rate achieved (capped by
   what the store served, so one decrease lands near its capacity) and the
-  rate to ``beta * w_max``; the rate then follows
-  ``w_max + c * (t - K)**3``, or the line ``beta * w_max + FAIR_INCREASE *
-  t`` where higher (the same HEAD/s per second for every pace: paces
+  rate to ``beta * w_max``, or, when the rate bound the window's sends and
+  a share ``f`` under ``1 - beta`` failed, to ``(1 - f) * w_max`` (a store
+  just over its cap is cut by what it refused, not by 30 %; windows failing
+  up to ``NOISE_MARGIN`` after such a cut are no signal); the rate then
+  follows ``w_max + c * (t - K)**3``, or the line from the rate the cut set
+  plus ``FAIR_INCREASE * t`` where higher (the same HEAD/s per second for every pace: paces
   sharing a bucket converge towards equal shares).  Its growth depends on
   time, not on requests, so engines with different loads grow alike.
 * **A decrease must help**: the windows after a decrease check that the
