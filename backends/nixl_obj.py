@@ -94,6 +94,7 @@ import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
@@ -547,6 +548,34 @@ class NixlObjBackend:
             BucketCheck(False, False) if client is None else check_bucket(client, self.bucket, self.prefix, where)
         )
         self._verified = probe_store(self._query, client, self.bucket, self.prefix, where, bucket_check)
+
+    def open_agents(self) -> int:
+        """Create every NIXL agent lookups may use, each having sent one query; return how many are alive.
+
+        Lookups create agents as they need them: ``ceil(num_threads /
+        agent_threads)`` while the store answers whole queries, up to
+        :attr:`agents` once failures shrink the queries, each with its own
+        connections, opened as its queries need them (20 to 30 file
+        descriptors).  Call this before the first lookup to pay for the agents
+        up front: a process whose footprint must stay flat, or that should not
+        build agents in its first outage.  Each agent sends one query of
+        ``agent_threads`` HEADs for names never written, unpaced, which opens
+        most of its connections; a query that fails is ignored (its agent
+        exists).  While it runs it holds every agent but one, so a concurrent
+        lookup runs one query at a time.
+
+        Raises:
+            RuntimeError: the backend is closed, or NIXL could not create an agent.
+        """
+        with ExitStack() as lent:
+            agents = [lent.enter_context(self._pool.agent()) for _ in range(self.agents)]
+            for agent in agents:
+                names = [random_absent_name(self.prefix) for _ in range(self.agent_threads)]
+                try:
+                    agent.query_memory([(0, 1, 0, name) for name in names], "OBJ", "OBJ")
+                except Exception:  # a failed HEAD decides nothing here; the agent exists
+                    continue
+        return len(self._pool.names)
 
     def close(self) -> None:
         """Release the pool's threads and the NIXL agents; later lookups raise RuntimeError.  Idempotent.
