@@ -64,7 +64,9 @@ rgw:
 # session fixtures (one process, one run each); the rest (mostly
 # waiting on threads, sockets and local servers) in two by folder.
 # Then, alone, the tests marked `quiet`: they judge helpers by the CPU they
-# get (tests/faults/test_cpu_gate.py), which a TLC run beside them starves.
+# get (tests/faults/test_cpu_gate.py), which a TLC run beside them starves;
+# buildtools.wait_quiet first waits (at most a minute) for what the stages
+# left running to end, and names it.
 STAGES := $(BIN)/python -m buildtools.stages
 
 test: lint rgw
@@ -73,6 +75,7 @@ test: lint rgw
 	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py,!tests/tla/test_tla_conformance.py,!tests/tla/test_model_walk_checks.py" \
 	  "not long and not tlc and not quiet@tests/core,tests/cli,tests/conform,tests/mutants,tests/property,tests/engine" \
 	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine"
+	$(BIN)/python -m buildtools.wait_quiet
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
 # Three stages: liveness2 (about 8 CPU minutes of TLC) alone, the other

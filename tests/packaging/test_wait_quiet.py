@@ -1,0 +1,75 @@
+"""buildtools.wait_quiet: what it reads from /proc, and that it names a process that keeps a CPU busy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from buildtools.wait_quiet import busiest, busy_share, cpu_times, main  # noqa: E402
+
+
+def test_idle_and_iowait_are_not_busy() -> None:
+    # user nice system idle iowait irq softirq steal
+    assert cpu_times("cpu  10 2 3 80 5 0 0 0 0 0") == (15, 100)
+    assert busy_share((15, 100), (65, 200)) == 0.5
+    assert busy_share((15, 100), (15, 100)) == 0.0
+
+
+def test_a_line_that_is_not_a_cpu_line_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a /proc/stat cpu line"):
+        cpu_times("intr 1 2 3")
+
+
+def test_the_busiest_come_first_and_new_or_idle_processes_are_left_out() -> None:
+    before = {1: ("java", 100), 2: ("ceph-osd", 50), 3: ("sleepy", 7)}
+    after = {1: ("java", 160), 2: ("ceph-osd", 140), 3: ("sleepy", 7), 4: ("new", 30)}
+    assert busiest(before, after) == ["2 ceph-osd: 90 jiffies", "1 java: 60 jiffies"]
+
+
+def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--busy", "1.5"])
+    assert exit_info.value.code == 2
+    assert "--busy must be in (0, 1)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")
+def test_spinning_processes_are_named_and_the_wait_ends_at_its_timeout() -> None:
+    # One spinner per core (at most 16), and a threshold of half what they
+    # take: the window is busy whatever else runs.
+    cores = os.cpu_count() or 1
+    count = min(cores, 16)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        command = [
+            "-m",
+            "buildtools.wait_quiet",
+            "--window",
+            "1",
+            "--timeout",
+            "0",
+            "--busy",
+            f"{0.5 * count / cores:.3f}",
+        ]
+        done = subprocess.run(
+            [sys.executable, *command],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert "busiest:" in done.stdout, done.stdout
+    assert any(f"{spinner.pid} python" in done.stdout for spinner in spinners), done.stdout
+    assert "still busy after 0 s; the quiet tests run anyway" in done.stdout, done.stdout
