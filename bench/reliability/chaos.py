@@ -70,7 +70,14 @@ from functools import partial
 from typing import Any
 
 from bench.common import Row
-from bench.reliability.chaos_s3 import LOOKUP_TIMEOUT_S, ObjOutage, ObjTier, objstore_unavailable, recovery_keys
+from bench.reliability.chaos_s3 import (
+    LOOKUP_TIMEOUT_S,
+    ObjOutage,
+    ObjTier,
+    objstore_unavailable,
+    open_fds,
+    recovery_keys,
+)
 from kvprobe.backends import FsBackend
 from kvprobe.backends.process import ProcessBackend
 from kvprobe.statemachine import AsyncLookupManager, ReqContext, ThreadedWorker
@@ -100,10 +107,6 @@ def stored_keys() -> list[bytes]:
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 class Faulty:

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Test kvprobe's drop-in against a released vLLM: its real tiers and its own tier tests.
 #
-#   tests/vllm_release/run.sh [setup|test|all]      (default: all; run from anywhere)
+#   tests/vllm_release/run.sh [link|setup|test|all]      (default: all; run from anywhere)
 #
-# setup  creates $VLLM_VENV (default .venv-vllm): torch 2.13.0 (CPU; first,
-#        so nothing pulls a CUDA build), kvprobe editable from this checkout,
+# link   creates $VLLM_VENV (default .venv-vllm) with kvprobe editable from
+#        this checkout (nothing when it already imports from here).
+# setup  link, then torch 2.13.0 (CPU, before vLLM's requirements, so
+#        nothing pulls a CUDA build),
 #        `pip install --no-deps vllm==$VLLM_VERSION` (the 336 MB wheel,
 #        without vLLM's dependency tree), then requirements.txt beside this
 #        script (what vLLM's kv_offload import chain needs, and pytest).
@@ -32,20 +34,35 @@ PY=${PY:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 TEST_FILES=(test_async_lookup.py test_fs_tier.py test_obj_tier.py)
 
+# kvprobe from this checkout, editable, in $VENV (created if missing);
+# nothing to do when it already imports from here.  A step of its own
+# because an editable install lays build/__editable__* again, the link
+# tree through which every venv installed -e from this checkout imports:
+# .ci/run runs it before make test, so that the rest of the setup (the
+# downloads) runs beside the suite and no test sees the tree half laid
+# (one CI run's `kvprobe check` died of ModuleNotFoundError that way).
+# Pure Python: an editable compiled build would leave its .so files in the
+# checkout, shadowing the .py files for every other venv using it.
+link() {
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    if "$VENV/bin/python" -c "import sys, pathlib, kvprobe.backends.memory as m
+sys.exit(not pathlib.Path(m.__file__).resolve().is_relative_to(pathlib.Path.cwd().resolve()))" 2>/dev/null; then
+        return
+    fi
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    KVPROBE_COMPILE=0 "$VENV/bin/python" -m pip install -q -e .
+}
+
 setup() {
+    link
     local marker="$VENV/.vllm-release" stamp
     stamp="vllm==$VLLM_VERSION $(cat "$HERE/requirements.txt" | cksum)"
     if [ -f "$marker" ] && [ "$(cat "$marker")" = "$stamp" ]; then
         return
     fi
     local start=$SECONDS
-    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
     local pip=("$VENV/bin/python" -m pip)
-    "${pip[@]}" install -q --upgrade pip
     "${pip[@]}" install -q torch==2.13.0
-    # Pure Python: an editable compiled build would leave its .so files in
-    # the checkout, shadowing the .py files for every other venv using it.
-    KVPROBE_COMPILE=0 "${pip[@]}" install -q -e .
     "${pip[@]}" install -q --no-deps "vllm==$VLLM_VERSION"
     # vLLM's metadata asks for far more (and for other torch and other
     # versions): pip lists those unmet requirements here, as expected.
@@ -110,8 +127,9 @@ run_tests() {
 }
 
 case "${1:-all}" in
+    link) link ;;
     setup) setup ;;
     test) run_tests ;;
     all) setup && run_tests ;;
-    *) echo "usage: $0 [setup|test|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [link|setup|test|all]" >&2; exit 2 ;;
 esac
