@@ -577,6 +577,18 @@ class NixlObjBackend:
                     continue
         return len(self._pool.names)
 
+    @property
+    def max_connections(self) -> int:
+        """The most TCP connections this backend holds to the store at once.
+
+        Each NIXL agent (:attr:`agents` for lookups, one more for
+        :meth:`check_connection`) runs at most ``agent_threads`` HEADs at
+        once, each on a connection of its own; the boto3 client keeps at
+        most ``max(10, agents + 1)``.  Size the process's descriptor limit
+        with it: each connection also holds an eventfd.
+        """
+        return (self.agents + 1) * self.agent_threads + self._boto3_connections
+
     def close(self) -> None:
         """Release the pool's threads and the NIXL agents; later lookups raise RuntimeError.  Idempotent.
 
@@ -617,11 +629,15 @@ class NixlObjBackend:
                 self._s3 = self._new_client()
             return self._s3
 
+    @property
+    def _boto3_connections(self) -> int:
+        return max(10, self.agents + 1)
+
     def _new_client(self) -> Any:
         return new_s3_client(
             self.endpoint_url,
             self.region,
             (self._access_key, self._secret_key, self._session_token),
             timeout_s=self.connect_timeout_s,
-            connections=max(10, self.agents + 1),
+            connections=self._boto3_connections,
         )

@@ -3,8 +3,9 @@
 Without the failing cases its PASS would prove nothing: these run it with a
 tier that lies (answers True for every key), with a core that never
 reclaims a finished request's states, with an object store that comes back
-later than the recovery bound after a thaw, and with the flatness bound
-applied to a series that grows, and expect the named failures.
+later than the recovery bound after a thaw, with a connection bound below
+what the object backend holds, and with the flatness bound applied to a
+series that grows, and expect the named failures.
 
 The S3 part (Ceph RGW frozen and thawed under a NixlObjBackend manager)
 skips with one line when Ceph RGW or NIXL is missing, and fails instead
@@ -92,6 +93,20 @@ def test_a_store_that_recovers_late_is_caught(
             timer.join()
     out = capsys.readouterr().out
     assert "FAIL: S3: a stored key True within 2 x lookup_timeout_s + 2 s of every thaw" in out
+    assert "FAIL: wrong verdicts 0" not in out
+
+
+@pytest.mark.long
+def test_store_connections_past_the_backends_bound_are_caught(
+    obj_tier: chaos_s3.ObjTier, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The campaign's other checks leave the store's connections out of the
+    # fds; this one holds them to the bound, here set below what the
+    # backend already holds.
+    monkeypatch.setattr(type(obj_tier.backend), "max_connections", property(lambda self: 1))
+    assert chaos.main(["--seconds", "6", "--seed", "5", "--s3", "on"], obj_tier=obj_tier) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: S3 connections within the backend's max_connections" in out
     assert "FAIL: wrong verdicts 0" not in out
 
 

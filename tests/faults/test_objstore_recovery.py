@@ -14,7 +14,6 @@ Without Ceph RGW (or NIXL) the test skips with one line, or fails under
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
@@ -23,16 +22,13 @@ import pytest
 from fault_harness import Reliability, counters, finish, nixl_missing
 
 from kvprobe.statemachine import AsyncLookupManager, ReqContext, ThreadedWorker
+from kvprobe.testing.fds import open_fds
 
 pytestmark = pytest.mark.skipif(nixl_missing() is not None, reason=str(nixl_missing()))
 
 LOOKUP_TIMEOUT_S = 1.0
 DEADLINE_S = 0.8  # the backend's own deadline, below the manager's timeout (docs/backends.md)
 GROUP_KEYS = 2000
-
-
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def test_recovery_after_a_frozen_gateway_is_bounded(rgw: Any, reliability: Reliability) -> None:
@@ -43,7 +39,7 @@ def test_recovery_after_a_frozen_gateway_is_bounded(rgw: Any, reliability: Relia
     stored = b"recovery-stored-block"
     try:
         backend.store(stored)
-        threads0, fds0 = threading.active_count(), _fds()
+        threads0, fds0 = threading.active_count(), open_fds()
         peak_threads, peak_fds, peak_callers = threads0, fds0, 0
         with AsyncLookupManager(backend, name="recovery", lookup_timeout_s=LOOKUP_TIMEOUT_S) as m:
             worker = m.worker
@@ -65,7 +61,7 @@ def test_recovery_after_a_frozen_gateway_is_bounded(rgw: Any, reliability: Relia
                         verdicts[req_id] = sum(m.lookup(key, ctx) is not None for key in group)
                     m.flush()
                     peak_threads = max(peak_threads, threading.active_count())
-                    peak_fds = max(peak_fds, _fds())
+                    peak_fds = max(peak_fds, open_fds())
                     peak_callers = max(peak_callers, worker.caller_threads)
                     time.sleep(0.01)
             finally:
@@ -93,7 +89,7 @@ def test_recovery_after_a_frozen_gateway_is_bounded(rgw: Any, reliability: Relia
                     break
                 m.flush()
                 peak_threads = max(peak_threads, threading.active_count())
-                peak_fds = max(peak_fds, _fds())
+                peak_fds = max(peak_fds, open_fds())
                 peak_callers = max(peak_callers, worker.caller_threads)
                 time.sleep(0.01)
             assert recovered is not None, "no True verdict for a stored key within 32 s of the thaw"

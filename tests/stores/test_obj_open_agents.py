@@ -4,8 +4,8 @@ The backend builds its extra NIXL agents only when failures shrink its
 queries, each with its own connections: in the chaos campaign that growth,
 during an S3 outage after the warm-up, read as 23 file descriptors leaked.
 ``open_agents()`` builds them all at once; after it, no lookup builds
-another (each agent still opens connections as its queries overlap, up to
-the SDK's bound: the campaign fills those with lookups).
+another.  Each agent still opens connections as its HEADs overlap, never
+more than the backend's ``max_connections`` in all.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from integ_harness import make_obj_backend, requires_nixl
+
+from kvprobe.testing.fds import fd_census
 
 
 @requires_nixl
@@ -33,6 +35,8 @@ def test_open_agents_builds_every_agent_and_lookups_build_none_after_it(s3_serve
             assert all(verdicts[: len(stored)]) and not any(verdicts[len(stored) :])
         assert backend.open_agents() == backend.agents  # a second call builds none
         assert backend.agent_names == names
+        connections = fd_census(s3_server.port).store
+        assert 0 < connections <= backend.max_connections
     finally:
         backend.close()
 

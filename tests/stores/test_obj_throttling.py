@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.server
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from integ_harness import make_obj_backend, requires_nixl, resolve
 
 from kvprobe.backends.nixl_obj import BucketNotFoundError, ObjStoreUnavailableError
 from kvprobe.statemachine import AsyncLookupManager, ReqContext
+from kvprobe.testing.fds import open_fds
 
 pytestmark = requires_nixl
 
@@ -167,10 +167,6 @@ def test_without_boto3_retries_the_causes_are_unknown_but_counted(s3_server: Any
         backend.close()
 
 
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 def test_recovery_after_a_frozen_server_is_bounded(s3_server: Any, bucket: str) -> None:
     """Issue 12 item 8: 2,000-key groups, server frozen then thawed; True within 2 x timeout + 2 s."""
     lookup_timeout = 1.0
@@ -178,7 +174,7 @@ def test_recovery_after_a_frozen_server_is_bounded(s3_server: Any, bucket: str) 
     stored = b"recovery-stored"
     try:
         backend.store(stored)
-        threads0, fds0 = threading.active_count(), _fds()
+        threads0, fds0 = threading.active_count(), open_fds()
         peak_threads = peak_fds = 0
         with AsyncLookupManager(backend, name="recovery", lookup_timeout_s=lookup_timeout) as m:
             s3_server.freeze()
@@ -201,7 +197,7 @@ def test_recovery_after_a_frozen_server_is_bounded(s3_server: Any, bucket: str) 
                             m.lookup(key, ctx)
                     m.flush()
                     peak_threads = max(peak_threads, threading.active_count())
-                    peak_fds = max(peak_fds, _fds())
+                    peak_fds = max(peak_fds, open_fds())
                     time.sleep(0.01)
             finally:
                 s3_server.thaw()
@@ -223,7 +219,7 @@ def test_recovery_after_a_frozen_server_is_bounded(s3_server: Any, bucket: str) 
             for s in range(step):
                 m.cleanup(f"frozen-{s}")
             peak_threads = max(peak_threads, threading.active_count())
-            peak_fds = max(peak_fds, _fds())
+            peak_fds = max(peak_fds, open_fds())
         assert recovered is not None and recovered <= 2 * lookup_timeout + 2, recovered
         # Bounded: the backend's pool (agents + 1 agents, ~25 connections each)
         # and the manager's caller threads, whatever the number of groups.
@@ -286,10 +282,10 @@ def test_plain_http_server_is_a_typed_error_without_fd_leak(mode: str) -> None:
             assert not isinstance(info.value.__context__, RecursionError) or mode == "301"
 
         attempt()  # warm-up: NIXL's and botocore's one-time files
-        fds = _fds()
+        fds = open_fds()
         for _ in range(10):
             attempt()
-        assert _fds() <= fds + 2, (fds, _fds())
+        assert open_fds() <= fds + 2, (fds, open_fds())
     finally:
         server.shutdown()
         server.server_close()
