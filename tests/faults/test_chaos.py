@@ -26,7 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
 
-from bench.reliability import chaos, chaos_s3
+from bench.reliability import chaos, chaos_report, chaos_s3
 from kvprobe.statemachine import LookupCore
 from kvprobe.testing.rgw import skip_or_fail
 
@@ -127,11 +127,11 @@ def test_a_core_that_leaks_is_caught(monkeypatch: pytest.MonkeyPatch, capsys: py
 
 def test_the_flatness_check_fails_on_growth() -> None:
     growing = array("d", [float(i) for i in range(40)])
-    assert chaos.flat(growing, 40, slack=8.0)[2] is False
+    assert chaos_report.flat(growing, 40, slack=8.0)[2] is False
     level = array("d", [10.0] * 40)
-    assert chaos.flat(level, 40, slack=8.0)[2] is True
+    assert chaos_report.flat(level, 40, slack=8.0)[2] is True
     # The warm-up can be stretched (to the first S3 recovery), never to the end.
     step: Any = array("d", [10.0] * 30 + [30.0] * 10)
-    assert chaos.flat(step, 40, slack=8.0, warm_samples=20)[2] is False
-    assert chaos.flat(step, 40, slack=8.0, warm_samples=35)[2] is True
-    assert chaos.flat(step, 40, slack=8.0, warm_samples=100)[0:2] == (30.0, 30.0)
+    assert chaos_report.flat(step, 40, slack=8.0, warm_samples=20)[2] is False
+    assert chaos_report.flat(step, 40, slack=8.0, warm_samples=35)[2] is True
+    assert chaos_report.flat(step, 40, slack=8.0, warm_samples=100)[0:2] == (30.0, 30.0)
