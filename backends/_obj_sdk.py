@@ -4,20 +4,30 @@ The AWS C++ SDK inside NIXL reads ``AWS_RETRY_MODE`` and ``AWS_MAX_ATTEMPTS``
 when a client is built; :func:`bounded_sdk_retries` sets them around that
 (see :mod:`kvprobe.backends.nixl_obj`).  :func:`classify_failure` says why a
 query failed, for the counters; :func:`retry_after_of` reads a store's
-``Retry-After`` from a boto3 error, for the pace.
+``Retry-After`` from a boto3 error, for the pace; :func:`nixl_obj_params`
+is the OBJ plugin's configuration, :func:`head_with_boto3` a HEAD apart
+from NIXL.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlparse
 
 from kvprobe.backends._pacing import parse_retry_after
 
-__all__ = ["bounded_sdk_retries", "classify_failure", "new_s3_client", "retry_after_of"]
+__all__ = [
+    "bounded_sdk_retries",
+    "classify_failure",
+    "head_with_boto3",
+    "new_s3_client",
+    "nixl_obj_params",
+    "retry_after_of",
+]
 
 _ENV_LOCK = threading.Lock()
 
@@ -138,3 +148,43 @@ def new_s3_client(
             s3={"addressing_style": "path"},
         ),
     )
+
+
+def nixl_obj_params(
+    bucket: str,
+    region: str,
+    agent_threads: int,
+    endpoint_url: str | None,
+    credentials: tuple[str | None, str | None, str | None],
+    extra_params: Mapping[str, str],
+) -> dict[str, str]:
+    """The OBJ plugin's backend parameters; ``credentials`` is (access key, secret key, session token).
+
+    Raises:
+        ValueError: ``endpoint_url`` is not ``http(s)://host[:port]``.
+    """
+    params = {"bucket": bucket, "region": region, "num_threads": str(agent_threads)}
+    if endpoint_url:
+        parsed = urlparse(endpoint_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"endpoint_url must look like http(s)://host:port, got {endpoint_url!r}")
+        params["endpoint_override"] = endpoint_url
+        params["scheme"] = parsed.scheme
+    for name, value in zip(("access_key", "secret_key", "session_token"), credentials, strict=True):
+        if value:
+            params[name] = value
+    params.update({str(k): str(v) for k, v in extra_params.items()})
+    return params
+
+
+def head_with_boto3(client: Any, bucket: str, name: str) -> Any:
+    """One HEAD through boto3: ``{}`` if stored, None if absent (404); raises boto3's error otherwise."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_object(Bucket=bucket, Key=name)
+    except ClientError as exc:
+        if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+            return None
+        raise
+    return {}

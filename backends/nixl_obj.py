@@ -5,65 +5,39 @@ A key is looked up with a HEAD request, through NIXL: ``query_memory(descs,
 for an existing object (possibly empty) and ``None`` for a 404; any other
 failure of any one HEAD raises for the whole query.
 
-How a group is looked up (see :mod:`kvprobe.backends._obj_lookup`): its keys
-are cut into queries of at most ``agent_threads`` keys, run on a shared pool
-of threads, each with its own NIXL agent, with at most ``num_threads`` HEADs
-in flight per backend (one NIXL agent alone keeps about 25 in flight
-whatever its own ``num_threads`` says).  NIXL keeps no answer of a query in
-which one HEAD failed, so the query size adapts (halved by a failure, one
-key more after each full-size success) and a failed query's keys are
-retried in parts of that size (at most half of it), with jittered
-exponential backoff.  The pool counts HEADs, not queries: as queries shrink,
-more run at once, up to :data:`QUERIES_PER_SHARE` times
-``ceil(num_threads / agent_threads)`` queries (16 by default), so that a
-random loss that shrinks queries to 1 or 2 keys does not also shrink the
-HEADs in flight to a handful.  One key's failure never decides
-another key's verdict, and a failing key is isolated in a few rounds while
-the keys around it are answered.  At ``deadline_s`` the call returns, and
-each key still without an answer reads as MISS, counted by cause in
-:attr:`NixlObjBackend.stats`.  If not a single key was answered (and not
-every key was shed, below) the call raises :class:`ObjStoreUnavailableError`
-instead (the manager then counts a backend error and answers MISS for the
-group).  A manager with a ``lookup_timeout_s`` shortens ``deadline_s`` to
-end a margin before it (:meth:`NixlObjBackend.fit_deadline`): the call
-returns its answered keys before the manager gives up on it, and no caller
-thread is stranded.
+How a group is looked up (:mod:`kvprobe.backends._obj_lookup` says why):
+its keys are cut into queries of at most ``agent_threads`` keys, run on a
+shared pool of threads, each with its own NIXL agent, at most
+``num_threads`` HEADs in flight per backend.  A query in which one HEAD
+failed keeps no answer, so queries halve after a failure and grow back
+after successes, a failed query's keys are retried in parts with jittered
+backoff, and more, smaller queries run at once (up to
+:data:`QUERIES_PER_SHARE` times ``ceil(num_threads / agent_threads)``).  At
+``deadline_s`` each key still unanswered reads as MISS, counted by cause in
+:attr:`NixlObjBackend.stats`; if not one key was answered (and not every
+key was shed) the call raises :class:`ObjStoreUnavailableError`.  A
+manager's ``lookup_timeout_s`` shortens ``deadline_s`` to end before it
+(:meth:`NixlObjBackend.fit_deadline`), so no caller thread is stranded.
 
-Pacing (see :mod:`kvprobe.backends._pacing`).  Every query first reserves
-its HEADs from the store's pace, :attr:`NixlObjBackend.pacer`, which every
-backend on the same endpoint, bucket and prefix shares (so every group and
-every manager): unpaced until the store pushes back, then a
-CUBIC rate lowered by failed queries (a ``503`` counts, with or without a
-body; so do NIXL's failures, whose cause it does not report; timeouts do
-not) and checked: a decrease that does not reduce the failures per HEAD,
-while the store answers fewer HEADs per second, is undone.  A ``Retry-After``
-on a failure (boto3's retries see the headers; NIXL's do not) holds every
-query of the store until then.  Keys whose query the pace cannot start
-before the deadline are answered MISS at once and counted ``shed``.  By
-default (``pace_scope="host"``) the pace is shared by every process of the
-host (and user) too, through a file (:mod:`kvprobe.backends._host_pace`):
-engine processes of one host that pace alone misjudge a store they share
-(one's decrease is hidden by the others' HEADs, and can be undone);
-``pace_scope="process"`` keeps the pace to the process.
+Pacing (:mod:`kvprobe.backends._pacing`).  Every query first reserves its
+HEADs from :attr:`NixlObjBackend.pacer`, shared by every backend of the
+same endpoint, bucket and prefix: unpaced until the store pushes back, then
+a rate lowered by failed queries and raised again as they stop, held by a
+``Retry-After``.  Keys whose query the pace cannot start before the
+deadline are answered MISS at once and counted ``shed``.  With
+``pace_scope="host"`` (the default) every process of the host and user
+shares it through a file (:mod:`kvprobe.backends._host_pace`);
+``pace_scope="process"`` keeps it to the process.
 
-Quiet by default.  NIXL writes one glog-style line per failed HEAD to stderr
-(``checkObjectExistsAsync error: No response body.``: thousands under
-throttling), through Abseil logging whose threshold it reads from
-``NIXL_LOG_LEVEL`` when it is first loaded.  Unless the variable is already
-set, :func:`kvprobe.backends._nixl_import.load_nixl` sets
-``NIXL_LOG_LEVEL=FATAL`` before it imports NIXL; each failed query is logged
-instead at DEBUG on the ``kvprobe.backends._obj_lookup`` logger and counted
-in :attr:`NixlObjBackend.stats`.  Set ``NIXL_LOG_LEVEL=ERROR`` (or ``INFO``)
-before the first import to see NIXL's own lines again.  If NIXL was loaded
-before kvprobe, its level is whatever that import read.
+Quiet by default (:mod:`kvprobe.backends._nixl_import`): NIXL writes a line
+to stderr per failed HEAD unless ``NIXL_LOG_LEVEL`` is set when it is first
+loaded, so kvprobe sets it to ``FATAL`` unless it is already set; each
+failed query is logged at DEBUG on ``kvprobe.backends._obj_lookup`` and
+counted in :attr:`NixlObjBackend.stats` instead.
 
-Exiting cleanly.  A NIXL query still running when the interpreter finalizes
-would return into a thread Python has already stopped, and the process dies
-of ``terminate called without an active exception`` (SIGABRT).  At exit
-(``atexit``) every agent pool is closed and waits, up to
-``kvprobe.backends._nixl_import.EXIT_WAIT_S`` seconds, for the queries on
-its agents to return (the SDK's request timeout bounds them); closing the
-backend yourself does the same at exit.
+Exiting cleanly: a NIXL query still running when the interpreter finalizes
+kills the process (SIGABRT), so at exit every agent pool is closed and
+waits for its queries, at most ``_nixl_import.EXIT_WAIT_S`` seconds.
 
 Bounding the AWS SDK (inside NIXL).  By default the SDK retries each failed
 HEAD about ten times with back-off: with the server down that is ~25 s per
@@ -96,7 +70,6 @@ import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any, ClassVar
-from urllib.parse import urlparse
 
 from kvprobe.backends._host_pace import PACE_SCOPES, host_pacer
 from kvprobe.backends._nixl_import import AgentPool
@@ -109,7 +82,14 @@ from kvprobe.backends._obj_check import (
     random_absent_name,
 )
 from kvprobe.backends._obj_lookup import ChunkedLookup, RetryPolicy, deadline_under
-from kvprobe.backends._obj_sdk import bounded_sdk_retries, classify_failure, new_s3_client, retry_after_of
+from kvprobe.backends._obj_sdk import (
+    bounded_sdk_retries,
+    classify_failure,
+    head_with_boto3,
+    new_s3_client,
+    nixl_obj_params,
+    retry_after_of,
+)
 from kvprobe.backends._pacing import Pacer, shared_pacer
 from kvprobe.backends.base import Key, Verdicts
 from kvprobe.backends.layout import relative_name
@@ -139,6 +119,12 @@ def _has_boto3() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _query_on(agent: Any, names: Sequence[str]) -> list[Any]:
+    """HEAD ``names`` on one NIXL agent: a dict per stored object, None per absent one; raises if any HEAD failed."""
+    answers: list[Any] = agent.query_memory([(0, 1, 0, name) for name in names], "OBJ", "OBJ")
+    return answers
 
 
 def _normalize_prefix(prefix: str) -> str:
@@ -292,20 +278,14 @@ class NixlObjBackend:
         self._s3_lock = threading.Lock()  # one boto3 client, built once, none after close()
         self._closed = False
 
-        params = {"bucket": bucket, "region": self.region, "num_threads": str(self.agent_threads)}
-        if self.endpoint_url:
-            parsed = urlparse(self.endpoint_url)
-            if parsed.scheme not in ("http", "https") or not parsed.netloc:
-                raise ValueError(f"endpoint_url must look like http(s)://host:port, got {self.endpoint_url!r}")
-            params["endpoint_override"] = self.endpoint_url
-            params["scheme"] = parsed.scheme
-        if self._access_key:
-            params["access_key"] = self._access_key
-        if self._secret_key:
-            params["secret_key"] = self._secret_key
-        if self._session_token:
-            params["session_token"] = self._session_token
-        params.update({str(k): str(v) for k, v in (extra_params or {}).items()})
+        params = nixl_obj_params(
+            bucket,
+            self.region,
+            self.agent_threads,
+            self.endpoint_url,
+            (self._access_key, self._secret_key, self._session_token),
+            extra_params or {},
+        )
 
         self._pool = AgentPool(
             "obj",
@@ -480,20 +460,11 @@ class NixlObjBackend:
 
     def _head_one(self, name: str) -> Any:
         """One HEAD through boto3: ``{}`` if stored, None if absent; raises boto3's error otherwise."""
-        from botocore.exceptions import ClientError
-
-        try:
-            self._client().head_object(Bucket=self.bucket, Key=name)
-        except ClientError as exc:
-            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
-                return None
-            raise
-        return {}
+        return head_with_boto3(self._client(), self.bucket, name)
 
     def _query(self, names: Sequence[str]) -> list[Any]:
         with self._pool.agent() as agent:
-            answers: list[Any] = agent.query_memory([(0, 1, 0, name) for name in names], "OBJ", "OBJ")
-        return answers
+            return _query_on(agent, names)
 
     def store(self, key: Key, data: bytes = b"") -> None:
         """PUT ``key``'s block (through boto3, independent of NIXL).
@@ -554,15 +525,13 @@ class NixlObjBackend:
 
         Lookups create agents as they need them: ``ceil(num_threads /
         agent_threads)`` while the store answers whole queries, up to
-        :attr:`agents` once failures shrink the queries, each with its own
-        connections, opened as its queries need them (20 to 30 file
-        descriptors).  Call this before the first lookup to pay for the agents
-        up front: a process whose footprint must stay flat, or that should not
-        build agents in its first outage.  Each agent sends one query of
-        ``agent_threads`` HEADs for names never written, unpaced, which opens
-        most of its connections; a query that fails is ignored (its agent
-        exists).  While it runs it holds every agent but one, so a concurrent
-        lookup runs one query at a time.
+        :attr:`agents` once failures shrink them.  Call this to pay for the
+        agents up front, not in the first outage.  Each agent sends one
+        unpaced query of ``agent_threads`` names never written (a failure is
+        ignored: the agent exists).  Agents still open connections as their
+        HEADs overlap, within :attr:`max_connections`.  While this runs it
+        holds every agent but one, so a concurrent lookup runs one query at
+        a time.
 
         Raises:
             RuntimeError: the backend is closed, or NIXL could not create an agent.
@@ -572,7 +541,7 @@ class NixlObjBackend:
             for agent in agents:
                 names = [random_absent_name(self.prefix) for _ in range(self.agent_threads)]
                 try:
-                    agent.query_memory([(0, 1, 0, name) for name in names], "OBJ", "OBJ")
+                    _query_on(agent, names)
                 except Exception:  # a failed HEAD decides nothing here; the agent exists
                     continue
         return len(self._pool.names)
