@@ -219,8 +219,16 @@ _LABELS = {"vllm": "vLLM's obj tier", "switch": "with the one-line switch", "kvp
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    """The side-by-side table: one line per mode (the median over seeds; exits and counts summed)."""
-    out = ["| | found | HEADs / ideal | throttled | undecided | wrong | exit codes |", "|---|---|---|---|---|---|---|"]
+    """The side-by-side table: one line per mode (the median over seeds; exits and counts summed).
+
+    With more than one run per mode the header's first cell says the figures are medians.
+    """
+    runs = max((sum(r["mode"] == mode for r in rows) for mode in MODES), default=0)
+    first = f"median of {runs} runs" if runs > 1 else ""
+    out = [
+        f"| {first} | found | HEADs / ideal | throttled | undecided | wrong | exit codes |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for mode in MODES:
         mine = [r for r in rows if r["mode"] == mode]
         if not mine:

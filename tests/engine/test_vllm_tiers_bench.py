@@ -53,6 +53,9 @@ def test_the_table_puts_the_modes_side_by_side() -> None:
     assert len(lines) == 2 + len(MODES)
     assert [line.split("|")[3].strip() for line in lines[2:]] == ["1.00x", "2.00x", "3.00x"]
     assert lines[2].startswith("| vLLM's obj tier | 100% |")
+    assert lines[0].startswith("|  | found")  # one run per mode: no median to name
+    two_seeds = table([*rows, *rows])
+    assert two_seeds.startswith("| median of 2 runs | found")
 
 
 def test_pressure_puts_the_demand_against_the_cap_and_names_where_walks_stopped() -> None:
