@@ -73,8 +73,8 @@ test: lint rgw
 	HYPOTHESIS_PROFILE=ci $(STAGES) \
 	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py,tests/tla/test_tla_conformance.py,tests/tla/test_model_walk_checks.py" \
 	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py,!tests/tla/test_tla_conformance.py,!tests/tla/test_model_walk_checks.py" \
-	  "not long and not tlc and not quiet@tests/core,tests/cli,tests/conform,tests/mutants,tests/property,tests/engine" \
-	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine"
+	  "not long and not tlc and not quiet@tests/core,tests/cli,tests/conform,tests/mutants,tests/property,tests/engine,tests/bench/test_outputs.py" \
+	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine,!tests/bench/test_outputs.py"
 	$(BIN)/python -m buildtools.wait_quiet
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 

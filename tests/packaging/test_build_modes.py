@@ -77,6 +77,8 @@ def _wheel(tmp_path: Path, **env: str) -> tuple[set[str], str]:
     return extensions, done.stdout + done.stderr
 
 
+# About 40 s of mypyc: make test-long runs it (make test stays under 10 minutes).
+@pytest.mark.long
 @pytest.mark.skipif(toolchain.missing_compiler() is not None, reason="no C compiler on this machine")
 def test_a_wheel_from_a_fresh_clone_carries_the_compiled_core(tmp_path: Path) -> None:
     extensions, _ = _wheel(tmp_path)
