@@ -134,7 +134,7 @@ def to_model(state: TlaState, *, cache: bool = False) -> model.State:
     owner = {g: k for _, probes in values for k, g in probes}  # which key each generation is of
 
     def grp(value: object) -> model.Group:
-        return groups[_gval(value)]  # type: ignore[arg-type]
+        return groups[_gval(value)]
 
     def outcome(o: Mapping[str, object]) -> model.Outcome:
         if o["kind"] == "died":
@@ -277,7 +277,8 @@ _TLA_VIEW: dict[str, Callable[[Any], object]] = {
 def view_of_tla(state: TlaState) -> View:
     """The common projection, read from a TLA+ state (``keys``: the model's Keys)."""
     view = {name: convert(state[name]) for name, convert in _TLA_VIEW.items()}
-    view["keys"] = frozenset(view["phase"])  # type: ignore[arg-type]
+    phase: Mapping[bytes, object] = view["phase"]  # type: ignore[assignment]
+    view["keys"] = frozenset(phase)
     return view
 
 
@@ -360,7 +361,7 @@ def _new_outcome(dest: TlaState) -> Mapping[str, object]:
 
 def _answer_of(s: model.State, o: Mapping[str, object]) -> tuple[int, list[bool]]:
     """The reference group id of a published outcome's group, and its verdicts in key order."""
-    value = _gval(o["grp"])  # type: ignore[arg-type]
+    value = _gval(o["grp"])
     pools = (*s.taken.values(), *s.stopped_taken.values(), *s.stray.values())
     group = next(g for g in pools if _mgval(g) == value)
     ans: Mapping[tuple[object, int], str] = o["ans"]  # type: ignore[assignment]
