@@ -81,11 +81,15 @@ test: lint rgw
 # Three stages: liveness2 (about 8 CPU minutes of TLC) alone, the other
 # long TLC runs, and the rest (Hypothesis campaigns, RGW storms and fleets,
 # mostly waiting); .ci/run runs vLLM's tests and the deep replay beside them.
+# Then, alone, the long tests marked `quiet` (random 503s through a Python
+# proxy, which a TLC run beside it starves).
 test-long: rgw dev
 	HYPOTHESIS_PROFILE=ci $(STAGES) \
 	  "long and tlc@tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
 	  "long and tlc@!tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
-	  "long and not tlc"
+	  "long and not tlc and not quiet"
+	$(BIN)/python -m buildtools.wait_quiet
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "long and not tlc and quiet"
 
 bench: dev
 	$(BIN)/python -m bench.run_all

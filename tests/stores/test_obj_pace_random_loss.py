@@ -6,10 +6,16 @@ key True, every key answered, no start-up refused, no key shed (the pace
 never gives a key up for loss that is not load), and every stored key not
 answered True counted by its cause (a retry still failing, a query still
 running or not started at the deadline).  The share kept (>= 99 % of the
-stored keys True) is asserted at 5 %, where it held in every campaign run
-on any load seen; at 20 % it depends on the host's load (a 2,000-key run
-needs about 3,500 HEADs through a Python proxy within 4.5 s), so there it
-is reported by the campaign (docs/performance.md), not asserted.
+stored keys True) is asserted at 5 %; at 20 % it depends on the host's
+load (a 2,000-key run needs about 3,500 HEADs through a Python proxy
+within 4.5 s), so there it is reported by the campaign
+(docs/performance.md), not asserted.
+
+Marked ``quiet``: make test-long runs these alone, after its stages.  Beside
+liveness2's TLC run in CI (698dc1a) a 5 % run kept 86.2 % and shed 161
+keys: the starved proxy served 144 HEAD/s and the pace fell to 100.  That
+a CPU-starved host still costs verdicts is issue 39's open part, not a
+pass here.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from integ_harness import requires_nixl
 from bench.objstore.random_loss import STORED, Run, campaign, store_under_loss
 from kvprobe.testing.rgw import rgw_missing, skip_or_fail
 
-pytestmark = [pytest.mark.long, requires_nixl]
+pytestmark = [pytest.mark.long, pytest.mark.quiet, requires_nixl]
 
 
 def _check_counts(run: Run) -> None:
