@@ -45,10 +45,11 @@ def flat(series: array[float], n_samples: int, slack: float, warm_samples: int =
     The warm-up is the first quarter of the samples, at least the first 5
     and at least ``warm_samples`` (always leaving one sample after it).
     """
-    # Pools of threads and helpers fill up during the first seconds; the
-    # object store's connection pools fill up during its first outage and
-    # recovery (the SDK reconnects), so the S3 campaign's warm-up lasts until
-    # its first recovery.
+    # Pools of threads and helpers fill up during the first seconds, and the
+    # S3 campaign's threads and helpers settle only after its first outage
+    # and recovery, so its warm-up lasts until then.  (The store's
+    # connections, which grow towards the backend's bound at any time, are
+    # not in the fds series: the campaign counts them apart.)
     quarter = max(1, n_samples // 4, min(max(5, warm_samples), n_samples - 1))
     warm = max(series[:quarter])
     after = max(series[quarter:n_samples]) if n_samples > quarter else warm
