@@ -136,7 +136,7 @@ def _reached(
 
     ``group[0]`` is the identity (its projection is ``dest_view``, already computed).
     """
-    closest: list[str] | None = None
+    closest: tuple[Permutation, list[str]] | None = None
     for perm in group:
         renamed = dest if perm is group[0] else perm.state(dest)
         want = dest_view if perm is group[0] else view_of_tla(renamed)
@@ -147,9 +147,10 @@ def _reached(
             lines = [f"the step's arguments cannot be read ({error!r})"]
         if not lines:
             return perm, []
-        if closest is None or len(lines) < len(closest):
-            closest = [f"under {perm}: {line}" for line in lines]
-    return None, closest or []
+        if closest is None or len(lines) < len(closest[1]):
+            closest = perm, lines
+    # Worded only here: most misses are followed by a renaming that matches.
+    return None, [f"under {closest[0]}: {line}" for line in closest[1]] if closest else []
 
 
 def replay_under_symmetry(graph: Graph, *, stop_at_first: bool = False) -> tuple[Counter[str], Counter[str], list[str]]:
@@ -163,10 +164,17 @@ def replay_under_symmetry(graph: Graph, *, stop_at_first: bool = False) -> tuple
     """
     states, edges = graph
     group = symmetry_group(next(iter(states.values())))
-    views = {sid: view_of_tla(state) for sid, state in states.items()}
+    views: dict[str, View] = {}
+
+    def view(sid: str) -> View:
+        # On first need: a replay that stops at its first divergence needs few.
+        if sid not in views:
+            views[sid] = view_of_tla(states[sid])
+        return views[sid]
+
     failures: list[str] = []
     replayed: Counter[str] = Counter()
-    renamings: Counter[str] = Counter()
+    matched: Counter[Permutation | None] = Counter()
     checked: set[str] = set()
     last, source_model = "", model.State()
     for source, action, dest in edges:
@@ -174,16 +182,18 @@ def replay_under_symmetry(graph: Graph, *, stop_at_first: bool = False) -> tuple
             last, source_model = source, to_model(states[source])
             if source not in checked:
                 checked.add(source)
-                failures += _model_checks(source, views[source], source_model)
-        perm, lines = _reached(group, action, source_model, states[source], states[dest], views[dest])
+                failures += _model_checks(source, view(source), source_model)
+        perm, lines = _reached(group, action, source_model, states[source], states[dest], view(dest))
         failures += [f"edge {source} -[{action}]-> {dest}: {line}" for line in lines]
         replayed[action] += 1
-        renamings[repr(perm)] += 1
+        matched[perm] += 1
         if failures and stop_at_first:
-            return replayed, renamings, failures
-    for sid in states.keys() - checked:
-        failures += _model_checks(sid, views[sid], to_model(states[sid]))
-    return replayed, renamings, failures
+            break
+    else:
+        for sid in states.keys() - checked:
+            failures += _model_checks(sid, view(sid), to_model(states[sid]))
+    # Named once per renaming rather than once per edge.
+    return replayed, Counter({repr(perm): n for perm, n in matched.items()}), failures
 
 
 @pytest.mark.tlc
