@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: check dev test test-long test-long-stages test-long-quiet test-liveness2 lint bench rgw compiled pure test-compiled test-vllm
+.PHONY: check dev test test-long lint bench rgw compiled pure test-compiled test-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -78,31 +78,18 @@ test: lint rgw
 	$(BIN)/python -m buildtools.wait_quiet
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
-# Three stages: liveness2 (about 10 CPU minutes of TLC on two workers)
-# alone, the other long TLC runs, and the rest (Hypothesis campaigns, RGW
-# storms and fleets, mostly waiting).  Then, alone, the long tests marked
-# `quiet` (random 503s through a Python proxy, which a TLC run beside it
-# starves).  .ci/run runs the two parts apart, with vLLM's tests and the
-# deep replay beside the stages and before the quiet ones, and
-# LIVENESS2_STAGE= (liveness2 out of the stages): it runs test-liveness2
-# niced from before make test, so that it takes only the CPU the other jobs
-# leave idle.
-LIVENESS2 := tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]
-LIVENESS2_STAGE ?= "long and tlc@$(LIVENESS2)"
-
-test-long: test-long-stages test-long-quiet
-
-test-long-stages: rgw dev
-	HYPOTHESIS_PROFILE=ci $(STAGES) $(LIVENESS2_STAGE) \
-	  "long and tlc@!$(LIVENESS2)" \
+# Three stages: liveness2 (about 8 CPU minutes of TLC) alone, the other
+# long TLC runs, and the rest (Hypothesis campaigns, RGW storms and fleets,
+# mostly waiting); .ci/run runs vLLM's tests and the deep replay beside them.
+# Then, alone, the long tests marked `quiet` (random 503s through a Python
+# proxy, which a TLC run beside it starves).
+test-long: rgw dev
+	HYPOTHESIS_PROFILE=ci $(STAGES) \
+	  "long and tlc@tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
+	  "long and tlc@!tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
 	  "long and not tlc and not quiet"
-
-test-long-quiet: rgw dev
 	$(BIN)/python -m buildtools.wait_quiet
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "long and not tlc and quiet"
-
-test-liveness2: dev
-	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=1 -m "long and tlc" "$(LIVENESS2)"
 
 bench: dev
 	$(BIN)/python -m bench.run_all

@@ -10,7 +10,7 @@ CI run failed that way, alone after the stages, beside something unseen.
 
 So before the quiet tests this waits, up to ``--timeout`` seconds, for two
 consecutive windows of ``--window`` seconds in which the CPUs were busy less
-than ``--busy`` of the time (all cores together; niced time is not busy), printing the busiest
+than ``--busy`` of the time (all cores together), printing the busiest
 processes of each window it waited on. Past the timeout it says so and
 exits 0: the tests then run and judge for themselves, and the log says what
 ran beside them.
@@ -34,12 +34,7 @@ CpuTimes = tuple[int, int]
 
 
 def cpu_times(stat_line: str) -> CpuTimes:
-    """(busy, total) jiffies of a ``/proc/stat`` ``cpu`` line; idle, iowait and niced time are not busy.
-
-    Niced time is a process at a positive nice value (CI runs its longest
-    TLC run at nice 19 beside everything): the scheduler gives it a core
-    only when no process at the default nice wants one, so it takes next to
-    nothing from the quiet tests' own processes.
+    """(busy, total) jiffies of a ``/proc/stat`` ``cpu`` line; idle and iowait are not busy.
 
     Raises:
         ValueError: the line is not a ``cpu`` line of at least four counters.
@@ -48,7 +43,7 @@ def cpu_times(stat_line: str) -> CpuTimes:
     if not name.startswith("cpu") or len(fields) < 4:
         raise ValueError(f"not a /proc/stat cpu line: {stat_line!r}")
     counters = [int(f) for f in fields[:8]]
-    idle = counters[1] + counters[3] + (counters[4] if len(counters) > 4 else 0)
+    idle = counters[3] + (counters[4] if len(counters) > 4 else 0)
     return sum(counters) - idle, sum(counters)
 
 

@@ -68,30 +68,20 @@ def test_a_stage_mixing_kept_and_left_out_paths_is_refused(tmp_path: Path) -> No
     assert stage_arguments("a@!x,!y") == ["-m", "a", "--ignore=x", "--ignore=y"]
 
 
-def expand_variables(text: str, makefile: str) -> str:
-    """``text`` with each ``$(NAME)`` the Makefile defines (``NAME := ...`` or ``?=``) replaced, as make would."""
-    defined = dict(re.findall(r"^([A-Z0-9_]+) *[:?]?= *(.*)$", makefile, flags=re.M))
-    for _ in range(len(defined) + 1):  # a definition may name another; none names itself
-        text, before = re.sub(r"\$\(([A-Z0-9_]+)\)", lambda m: defined.get(m.group(1), m.group(0)), text), text
-        if text == before:
-            break
-    return text
-
-
 def make_test_stages(target: str) -> list[str]:
-    """The stages the Makefile's ``target`` hands to buildtools.stages (its variables at their defaults)."""
+    """The stages the Makefile's ``target`` hands to buildtools.stages."""
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
     assert recipe is not None, target
     lines = recipe.group(1).replace("\\\n", " ").splitlines()  # a line continued with a backslash is one
     line = next(line for line in lines if "$(STAGES)" in line)
-    return shlex.split(expand_variables(line.split("$(STAGES)", 1)[1], makefile))
+    return shlex.split(line.split("$(STAGES)", 1)[1])
 
 
 def test_the_makefiles_stages_cut_each_expression_without_a_gap() -> None:
     # Per marker expression: one stage with no paths, or stages with paths plus
     # exactly one that leaves all of those paths out.  Anything else drops tests.
-    for target in ("test", "test-long-stages"):
+    for target in ("test", "test-long"):
         by_expression: dict[str, list[list[str]]] = {}
         for stage in make_test_stages(target):
             marker, _, where = stage.partition("@")
@@ -135,33 +125,12 @@ def make_test_serial(target: str) -> list[str]:
     return re.findall(r'-m pytest [^\n]*-m "([^"]+)"', recipe.group(1))
 
 
-def test_what_ci_leaves_out_of_test_long_it_runs_on_its_own() -> None:
-    # .ci/run runs test-long's two parts, its stages without liveness2
-    # (LIVENESS2_STAGE=), and test-liveness2, which must select what that
-    # stage did.
-    ci = (ROOT / ".ci" / "run").read_text()
-    makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test-long: test-long-stages test-long-quiet$", makefile, flags=re.M)
-    assert re.search(r"^make test-long-stages LIVENESS2_STAGE= *$", ci, flags=re.M), "CI runs test-long another way"
-    assert re.search(r"^make test-long-quiet$", ci, flags=re.M), "CI does not run test-long's quiet tests"
-    assert re.search(r"^PYTHONDONTWRITEBYTECODE=1 nice -n 19 make -s test-liveness2 ", ci, flags=re.M), (
-        "CI does not run test-liveness2"
-    )
-    stage = shlex.split(expand_variables("$(LIVENESS2_STAGE)", makefile))
-    recipe = re.search(r"^test-liveness2:.*\n\t(.*)\n", makefile, flags=re.M)
-    assert recipe is not None
-    assert stage == ["long and tlc@" + expand_variables("$(LIVENESS2)", makefile)]
-    assert expand_variables(recipe.group(1), makefile).endswith(f'-m "long and tlc" "{stage[0].split("@")[1]}"')
-
-
 def test_make_test_and_test_long_select_each_test_exactly_once() -> None:
     # Over every combination of the three markers the stages select by, one
     # expression of the two targets is true: no test is left out of CI's
     # suite and none runs twice (deep_replay has its own CI command).
-    expressions = {
-        stage.partition("@")[0].strip() for t in ("test", "test-long-stages") for stage in make_test_stages(t)
-    }
-    expressions |= {e for t in ("test", "test-long-quiet") for e in make_test_serial(t)}
+    expressions = {stage.partition("@")[0].strip() for t in ("test", "test-long") for stage in make_test_stages(t)}
+    expressions |= {e for t in ("test", "test-long") for e in make_test_serial(t)}
     assert "not long and not tlc and quiet" in expressions  # the quiet ones run alone after make test's stages
     for long, tlc, quiet in itertools.product((False, True), repeat=3):
         chosen = [e for e in expressions if eval(e, {"__builtins__": {}}, {"long": long, "tlc": tlc, "quiet": quiet})]
