@@ -14,6 +14,12 @@ A pace that sheds early (``shed_margin`` returning the whole deadline, so a
 query the pace starts later than the call's start is given up) fails the
 first test: :func:`test_the_fitting_deadline_catches_an_early_shed` runs it
 against that mutant and requires the check to fail.
+
+Marked ``quiet``: make test runs these alone, after its stages.  In stage
+four beside TLC (a fresh-clone CI run of 6584886) the fitting deadline
+left one stored key unanswered, its retries still failing: the starved
+Python proxy, not the pace, is what such a run measures.  That a
+CPU-starved host still costs verdicts is issue 39's open part.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 import pytest
 from integ_harness import requires_moto, requires_nixl
 
-pytestmark = [requires_nixl, requires_moto]
+pytestmark = [pytest.mark.quiet, requires_nixl, requires_moto]
 
 _ids = itertools.count(1)
 
