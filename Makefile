@@ -94,19 +94,28 @@ test-long: rgw dev
 bench: dev
 	$(BIN)/python -m bench.run_all
 
-# The compiled core (mypyc over the same typed source): test-compiled
-# installs it as a wheel into the venv (a snapshot of the .py and the .so
-# built from it, so no edit can make it stale), runs the scheduler-facing
-# tests below against it, and puts the editable pure-Python install back,
-# whatever the tests said.
-compiled: dev
-	KVPROBE_COMPILE=1 $(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
-	$(BIN)/python -c "from kvprobe.build_info import build_info as b; i = b(); assert i.kind == 'compiled' and not i.stale, i; print(i.describe())"
+# The compiled core (mypyc over the same typed source) gets a venv of its
+# own, .venv-compiled: a wheel built from the checkout (a snapshot of the .py
+# and the .so built from it, so no edit can make it stale) installed there,
+# with the development venv's third-party packages behind it (one .pth
+# line).  The development venv stays editable and pure, so test-compiled can
+# run while other jobs import the package from it.
+CVENV := .venv-compiled
+CBIN := $(CVENV)/bin
 
-# Back to the development install; also removes compiled modules an older
-# checkout built in place.
+compiled: dev
+	rm -rf $(CVENV)
+	$(BIN)/python -m venv --without-pip $(CVENV)
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+	  "$$($(CBIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_development_venv.pth"
+	KVPROBE_COMPILE=1 $(PIP) --python $(CBIN)/python install -q --no-deps --no-build-isolation .
+	$(CBIN)/python -c "from kvprobe.build_info import build_info as b; i = b(); assert i.kind == 'compiled' and not i.stale, i; print(i.describe())"
+
+# Removes compiled modules an older checkout built in place, and the compiled
+# venv; puts the editable install back if an older checkout's test-compiled
+# replaced it.
 pure:
-	rm -rf statemachine/*.so *__mypyc*.so build/lib* build/temp* build/mypyc-src
+	rm -rf statemachine/*.so *__mypyc*.so build/lib* build/temp* build/mypyc-src $(CVENV)
 	[ ! -x $(BIN)/python ] || [ ! -f $(VENV)/.dev-installed ] || $(PIP) install -q --no-deps -e .
 
 # The compiled core is what the scheduler-facing tests exercise: the core,
@@ -116,7 +125,7 @@ pure:
 COMPILED_STAGES := "not long@tests/core,tests/property,tests/mutants" "not long@tests/engine,tests/packaging"
 
 test-compiled: rgw compiled
-	HYPOTHESIS_PROFILE=ci $(STAGES) $(COMPILED_STAGES); s=$$?; $(MAKE) -s pure; exit $$s
+	HYPOTHESIS_PROFILE=ci $(CBIN)/python -m buildtools.stages $(COMPILED_STAGES)
 
 # vLLM 0.33.0's own tier tests (on vLLM's class and with the one-line switch)
 # and this repository's tests that need the release, in a separate venv

@@ -3,7 +3,7 @@
 The compiled modules are declared once, in the package
 (``kvprobe.statemachine.compiled_core``), and ``setup.py`` reads that file.  The
 build itself is checked by ``test_build_modes.py`` (a wheel) and by
-``make test-compiled`` (the suite against a compiled wheel installed in the venv, where the last
+``make test-compiled`` (the suite against a compiled wheel in ``.venv-compiled``, where the last
 test here runs rather than skips).
 """
 

@@ -66,7 +66,7 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(venv / "bin" / "python"),
             "install",
             "--no-deps",
-            "--force-reinstall",  # the dependencies' path may hold a kvprobe (test-compiled's wheel)
+            "--force-reinstall",  # the dependencies' path may hold a kvprobe (.venv-compiled's wheel)
             "--no-index",
             str(wheel),
         ],

@@ -27,7 +27,8 @@ def test_each_module_the_tools_see_is_the_file_python_imports() -> None:
     import kvprobe
 
     if not Path(kvprobe.__file__ or "").resolve().is_relative_to(ROOT / "src"):
-        # make test-compiled installs a wheel: its modules are copies, checked by test_install_modes.py.
+        # make test-compiled runs from a venv with a wheel installed: its modules are copies,
+        # checked by test_install_modes.py.
         pytest.skip("kvprobe is installed from a wheel, not linked to this checkout")
     modules = source_modules()
     assert {"kvprobe.spec.lifecycle", "kvprobe.statemachine.core", "kvprobe.backends.fs", "kvprobe.cli"} <= {
