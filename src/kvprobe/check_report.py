@@ -51,16 +51,29 @@ class TlcProgress:
         workers: int,
         extra_args: Sequence[str] = (),
         extra_files: Mapping[str, str] | None = None,
+        coverage: bool = True,
     ) -> TlcResult:
-        """Run TLC on ``spec`` with ``config``; ``what`` names the run in the start and end lines."""
+        """Run TLC on ``spec`` with ``config``; ``what`` names the run in the start and end lines.
+
+        ``coverage``: TLC counts each action's steps (the coverage line of an
+        OK run), at some cost in CPU (see :func:`kvprobe.tlc.run_tlc`).
+        """
         if self.quiet:
-            return run_tlc(spec, config, workers=workers, extra_args=extra_args, extra_files=extra_files)
+            return run_tlc(
+                spec, config, workers=workers, extra_args=extra_args, extra_files=extra_files, coverage=coverage
+            )
         plural = "s" if workers > 1 else ""
         self.display.note(f"kvprobe check: TLC started on {what} ({spec.name}, {workers} worker{plural})")
         try:
             with self.display.heartbeat():
                 result = run_tlc(
-                    spec, config, workers=workers, extra_args=extra_args, extra_files=extra_files, on_message=self
+                    spec,
+                    config,
+                    workers=workers,
+                    extra_args=extra_args,
+                    extra_files=extra_files,
+                    on_message=self,
+                    coverage=coverage,
                 )
         finally:
             self.display.clear()

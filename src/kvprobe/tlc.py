@@ -118,7 +118,9 @@ def run_tlc(
     2.15's ``-deadlock`` flag would turn it off); temporal properties are
     checked once, at the end (:func:`liveness_args`).  ``on_message`` sees each
     message as TLC prints it (for progress display).  With ``coverage``
-    TLC reports how often each action fired (``TlcResult.coverage``).
+    TLC reports how often each action fired (``TlcResult.coverage``); it
+    counts as it evaluates, which costs CPU (a fifth to a quarter of a
+    liveness run's), so runs that never read the counts leave it off.
 
     Raises:
         CheckerMissing: no java, or no (or a tampered) jar.

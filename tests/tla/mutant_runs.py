@@ -47,19 +47,21 @@ def run_folder() -> Path:
 _RUNS: dict[tuple[object, ...], TlcResult] = {}
 
 
-def _cached_run(spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...]) -> TlcResult:
-    """One TLC run per (model, config text, workers, arguments) per session.
+def _cached_run(
+    spec: Path, cfg_text: str, workers: int, extra_args: tuple[str, ...], *, coverage: bool = True
+) -> TlcResult:
+    """One TLC run per (model, config text, workers, arguments, coverage) per session.
 
     The model is its modules' text, not their folder: a test's copy of tla/
     (``KVPROBE_TLA_DIR``) shares the runs of tla/ itself while it holds the
     same modules.
     """
     modules = tuple(sorted((p.name, p.read_text()) for p in spec.parent.glob("*.tla")))
-    key = (spec.name, modules, cfg_text, workers, extra_args)
+    key = (spec.name, modules, cfg_text, workers, extra_args, coverage)
     if key not in _RUNS:
         cfg = run_folder() / f"run-{abs(hash(key))}.cfg"
         cfg.write_text(cfg_text)
-        _RUNS[key] = run_tlc(spec, cfg, workers=workers, extra_args=extra_args)
+        _RUNS[key] = run_tlc(spec, cfg, workers=workers, extra_args=extra_args, coverage=coverage)
     return _RUNS[key]
 
 
@@ -74,7 +76,8 @@ def mutant_run(mutant: str, clause: str) -> TlcResult:
     text = (tla_dir() / f"{config}.cfg").read_text()
     if config == "reach":
         text = reach_config(text, clause)
-    return _cached_run(tla_dir() / root_module(mutant), mutant_config(text, mutant), 1, ())
+    # As `kvprobe check --mutant` runs it: without coverage, so the two share it.
+    return _cached_run(tla_dir() / root_module(mutant), mutant_config(text, mutant), 1, (), coverage=False)
 
 
 def _shared_run_tlc(
@@ -84,9 +87,10 @@ def _shared_run_tlc(
     workers: int = 1,
     extra_args: Sequence[str] = (),
     extra_files: Mapping[str, str] | None = None,
+    coverage: bool = True,
 ) -> TlcResult:
     assert extra_files is None, "runs with extra files are not shared"
-    return _cached_run(spec, config.read_text(), workers, tuple(extra_args))
+    return _cached_run(spec, config.read_text(), workers, tuple(extra_args), coverage=coverage)
 
 
 @pytest.fixture

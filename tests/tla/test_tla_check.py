@@ -10,7 +10,7 @@ import pytest
 from mutant_runs import mutant_run, shared_tlc_runs  # noqa: F401 (a fixture)
 
 import kvprobe.tlc_java
-from kvprobe import check
+from kvprobe import check, check_report
 from kvprobe.check import (
     EXIT_CHECKER_MISSING,
     EXIT_DEADLOCK,
@@ -22,7 +22,7 @@ from kvprobe.check import (
     main,
 )
 from kvprobe.spec.actions import ACTIONS
-from kvprobe.tlc import config_directives, liveness_args, parse_value, run_tlc, tla_dir
+from kvprobe.tlc import TlcResult, config_directives, liveness_args, parse_value, run_tlc, tla_dir
 from kvprobe.tlc_mutants import MUTANT_NAMES, find_mutant, mutant_config, root_module
 
 #: The named mutants (the field's defects), in kvprobe.tlc_mutants' order.
@@ -293,11 +293,20 @@ def test_liveness_on_two_keys_and_two_requests_holds() -> None:
         "liveness2",
     ],
 )
-@pytest.mark.timeout(2400)  # liveness2: about 10 minutes of one TLC worker alone, more beside other stages
+@pytest.mark.timeout(2400)  # liveness2: about 10 CPU minutes of TLC, longer beside other stages
 def test_the_wider_configs_hold(config: str, capsys: pytest.CaptureFixture[str]) -> None:
-    # Every config runs in some CI stage: these two in the long tests.
-    assert main(["--quiet", "--workers", "1", "--config", config]) == EXIT_OK
-    assert f"kvprobe check {config} (mutant none): OK, no violation" in capsys.readouterr().out
+    # Every config runs in some CI stage: these two in the long tests.  Two
+    # workers: liveness2 is the long tests' longest job, and it runs alone at
+    # their end.
+    assert main(["--quiet", "--workers", "2", "--config", config]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"kvprobe check {config} (mutant none): OK, no violation" in out
+    # Not vacuous: every action of the model takes a step (keys2's 2
+    # generations leave Saturate no group beside its 2 stuck calls).
+    coverage = re.search(r"^coverage: (.*)$", out, re.MULTILINE)
+    assert coverage is not None, out
+    fired = "never fired: Saturate" if config == "keys2" else "every action fired"
+    assert coverage.group(1).endswith(fired), coverage.group(1)
 
 
 #: Every config of tla/ and the test (module, function or fixture) that runs
@@ -392,6 +401,31 @@ def test_model_checking_runs_check_liveness_once_at_the_end() -> None:
     assert liveness_args([]) == ["-lncheck", "final"]
     assert liveness_args(["-dump", "dot", "graph"]) == ["-lncheck", "final"]
     assert liveness_args(config_directives((tla_dir() / "deep.cfg").read_text())[0]) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "counted"),
+    [
+        ([], True),
+        (["--no-coverage"], False),
+        (["--mutant", "double-result"], False),
+        (["--config", "reach"], False),
+        (["--config", "liveness2", "--no-coverage"], False),
+    ],
+)
+def test_tlc_counts_actions_only_for_a_plain_checks_report(
+    argv: list[str], counted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TLC's coverage costs CPU; only an OK report of a plain check prints it.
+    asked: list[bool] = []
+
+    def fake_run_tlc(spec: Path, config: Path, **options: object) -> TlcResult:
+        asked.append(bool(options["coverage"]))
+        return TlcResult(outcome="ok", exit_code=0, seconds=0.0)
+
+    monkeypatch.setattr(check_report, "run_tlc", fake_run_tlc)
+    main(["--quiet", *argv])
+    assert asked and set(asked) == {counted}
 
 
 @pytest.mark.tlc
