@@ -73,3 +73,25 @@ def test_spinning_processes_are_named_and_the_wait_ends_at_its_timeout() -> None
     assert "busiest:" in done.stdout, done.stdout
     assert any(f"{spinner.pid} python" in done.stdout for spinner in spinners), done.stdout
     assert "still busy after 0 s; the quiet tests run anyway" in done.stdout, done.stdout
+
+
+def test_the_timeline_says_how_busy_each_window_was_and_what_was_stolen() -> None:
+    from buildtools.cpu_timeline import steal_jiffies, window_line
+
+    # user nice system idle iowait irq softirq steal: 15 busy (5 of it stolen) in 100
+    assert steal_jiffies("cpu  10 0 0 80 5 0 0 5 0 0") == 5
+    assert steal_jiffies("cpu  10 0 0 80") == 0
+    before = ((15, 100), 5)
+    after = ((65, 200), 25)
+    assert window_line(30.4, before, after) == "[cpu +30 s] busy 50 %, stolen 20 %"
+    with pytest.raises(ValueError, match="not a /proc/stat cpu line"):
+        steal_jiffies("intr 1 2 3")
+
+
+def test_the_timeline_prints_a_line_per_window_and_stops_when_told(capsys: pytest.CaptureFixture[str]) -> None:
+    from buildtools.cpu_timeline import main as timeline
+
+    assert timeline(["--every", "0.05", "--until", "0.16"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith("[cpu +0 s] busy ") and line.endswith(" %") for line in lines)
