@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: check dev test test-long lint bench rgw compiled pure test-compiled test-vllm
+.PHONY: check dev test test-long test-long-stages test-long-quiet lint bench rgw compiled pure test-compiled test-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -78,16 +78,22 @@ test: lint rgw
 	$(BIN)/python -m buildtools.wait_quiet
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
-# Three stages: liveness2 (about 8 CPU minutes of TLC) alone, the other
-# long TLC runs, and the rest (Hypothesis campaigns, RGW storms and fleets,
-# mostly waiting); .ci/run runs vLLM's tests and the deep replay beside them.
-# Then, alone, the long tests marked `quiet` (random 503s through a Python
-# proxy, which a TLC run beside it starves).
-test-long: rgw dev
+# Three stages: liveness2 (about 10 CPU minutes of TLC, on two workers) in
+# a stage of its own, the other long TLC runs, and the rest (Hypothesis
+# campaigns, RGW storms and fleets, mostly waiting).  Then, alone, the long
+# tests marked `quiet` (random 503s through a Python proxy, which a TLC run
+# beside it starves).  .ci/run runs the two parts apart: vLLM's tests, the
+# deep replay and test-compiled run beside the stages and end before the
+# quiet tests.
+test-long: test-long-stages test-long-quiet
+
+test-long-stages: rgw dev
 	HYPOTHESIS_PROFILE=ci $(STAGES) \
 	  "long and tlc@tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
 	  "long and tlc@!tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
 	  "long and not tlc and not quiet"
+
+test-long-quiet: rgw dev
 	$(BIN)/python -m buildtools.wait_quiet
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "long and not tlc and quiet"
 
