@@ -7,9 +7,9 @@ prints one line per window from the moment it starts: the seconds since
 then, the busy share of all cores together (as ``buildtools.wait_quiet``
 counts it) and the share the hypervisor stole.
 
-    python -m buildtools.cpu_timeline [--every 30] [--until SECONDS]
+    python -m buildtools.cpu_timeline [--every 30] [--windows N]
 
-It runs until killed, or for ``--until`` seconds.
+It runs until killed, or for ``--windows`` windows.
 """
 
 from __future__ import annotations
@@ -49,20 +49,24 @@ def _read() -> tuple[CpuTimes, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print a line every ``--every`` seconds; returns 0 (after ``--until`` seconds, if given)."""
+    """Print a line every ``--every`` seconds; returns 0 (after ``--windows`` lines, if given)."""
     parser = argparse.ArgumentParser(prog="python -m buildtools.cpu_timeline")
     parser.add_argument("--every", type=float, default=30.0, help="seconds per window (default 30)")
-    parser.add_argument("--until", type=float, default=None, help="stop after this many seconds (default: never)")
+    parser.add_argument("--windows", type=int, default=None, help="stop after this many windows (default: never)")
     args = parser.parse_args(argv)
     if args.every <= 0:
         parser.error("--every must be a positive number of seconds")
+    if args.windows is not None and args.windows < 1:
+        parser.error("--windows must be at least 1")
     start = time.monotonic()
     before = _read()
-    while args.until is None or time.monotonic() - start + args.every <= args.until + 1e-9:
+    printed = 0
+    while args.windows is None or printed < args.windows:
         time.sleep(args.every)
         after = _read()
         print(window_line(time.monotonic() - start, before, after), flush=True)
         before = after
+        printed += 1
     return 0
 
 

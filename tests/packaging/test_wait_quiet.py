@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,7 +92,19 @@ def test_the_timeline_says_how_busy_each_window_was_and_what_was_stolen() -> Non
 def test_the_timeline_prints_a_line_per_window_and_stops_when_told(capsys: pytest.CaptureFixture[str]) -> None:
     from buildtools.cpu_timeline import main as timeline
 
-    assert timeline(["--every", "0.05", "--until", "0.16"]) == 0
+    assert timeline(["--every", "0.01", "--windows", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
-    assert all(line.startswith("[cpu +0 s] busy ") and line.endswith(" %") for line in lines)
+    assert all(re.fullmatch(r"\[cpu \+\d+ s\] busy \d+ %, stolen \d+ %", line) for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("option", "message"), [("--every=0", "--every must be a positive"), ("--windows=0", "--windows must be")]
+)
+def test_the_timeline_refuses_bad_options(option: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from buildtools.cpu_timeline import main as timeline
+
+    with pytest.raises(SystemExit) as exit_info:
+        timeline([option])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
