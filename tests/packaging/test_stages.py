@@ -46,6 +46,22 @@ def test_the_stages_counts_add_up_and_a_clean_run_exits_0(tmp_path: Path) -> Non
     assert done.stdout.strip().splitlines()[-1] == "4 passed, 0 failed, 0 skipped"
 
 
+def test_each_stage_says_the_cpu_its_pytest_and_their_children_used(tmp_path: Path) -> None:
+    # A test that spends 1.2 s of CPU in a child process: the stage counts it (wait4 on the pytest).
+    (tmp_path / "spin").mkdir()
+    (tmp_path / "spin" / "test_spin.py").write_text(
+        "import subprocess, sys\n"
+        "def test_a_child_spins():\n"
+        "    spin = 'import time\\nwhile time.process_time() < 1.2: pass'\n"
+        "    subprocess.run([sys.executable, '-c', spin], check=True)\n"
+    )
+    done = _stages(tmp_path, 0, "not slow@more", "not slow@spin")
+    assert done.returncode == 0, done.stdout
+    cpu = [float(s) for s in re.findall(r"^===== stage \d: .*: exit 0, (\d+) CPU s =====$", done.stdout, flags=re.M)]
+    assert len(cpu) == 2, done.stdout
+    assert cpu[1] >= 1, done.stdout  # the child's 1.2 s, and pytest's own
+
+
 def test_a_stage_cut_by_folder_and_its_complement_run_each_test_once(tmp_path: Path) -> None:
     done = _stages(tmp_path, 0, "slow", "not slow@more", "not slow@!more")
     assert done.returncode == 0, done.stdout
