@@ -15,7 +15,7 @@ processes of each window it waited on. Past the timeout it says so and
 exits 0: the tests then run and judge for themselves, and the log says what
 ran beside them.
 
-    python -m buildtools.wait_quiet [--busy 0.25] [--window 0.5] [--timeout 60]
+    python -m buildtools.wait_quiet [--busy 0.25] [--window 0.5] [--timeout 60] [--most 5]
 """
 
 from __future__ import annotations
@@ -89,9 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--busy", type=float, default=0.25, help="busy share of all CPUs still quiet (0.25)")
     parser.add_argument("--window", type=float, default=0.5, help="seconds per reading (0.5)")
     parser.add_argument("--timeout", type=float, default=60.0, help="most seconds to wait (60)")
+    parser.add_argument("--most", type=int, default=5, help="how many of the busiest processes to name (5)")
     args = parser.parse_args(argv)
-    if not 0 < args.busy < 1 or args.window <= 0 or args.timeout < 0:
-        parser.error("--busy must be in (0, 1), --window above 0, --timeout at least 0")
+    if not 0 < args.busy < 1 or args.window <= 0 or args.timeout < 0 or args.most < 1:
+        parser.error("--busy must be in (0, 1), --window above 0, --timeout at least 0, --most at least 1")
     if not os.path.exists("/proc/stat"):
         print("wait_quiet: no /proc/stat here; not waiting")
         return 0
@@ -108,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
             continue
         quiet_windows = 0
-        print(f"wait_quiet: CPUs {share:.0%} busy; busiest: {'; '.join(busiest(processes, _read_processes()))}")
+        named = busiest(processes, _read_processes(), args.most)
+        print(f"wait_quiet: CPUs {share:.0%} busy; busiest: {'; '.join(named)}")
         if time.monotonic() - start >= args.timeout:
             print(f"wait_quiet: still busy after {args.timeout:.0f} s; the quiet tests run anyway")
             return 0
