@@ -26,7 +26,7 @@ from kvprobe.statemachine.trace import read_ndjson
 DOCS = ROOT / "docs"
 
 #: The docs whose links this suite checks (the README's are checked by test_readme.py).
-LINKED_DOCS = ["modules.md", "checkers.md", "properties.md", "vllm.md", "metrics.md", "backends.md", "worker.md"]
+LINKED_DOCS = sorted(path.name for path in DOCS.glob("*.md"))
 
 
 def test_metrics_doc_lists_exactly_the_failure_kinds_exported() -> None:
@@ -66,12 +66,28 @@ def test_every_action_count_in_the_docs_is_the_models() -> None:
             assert stated == count, f"{path.relative_to(ROOT)} says {stated} actions; the model has {count}"
 
 
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.*)$", markdown, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_heading_anchors_follow_githubs_rule() -> None:
+    page = "## `lookup_chain`'s window schedules, 2026-12-06\n### vLLM 0.33's object tier\n"
+    assert heading_anchors(page) == {"lookup_chains-window-schedules-2026-12-06", "vllm-033s-object-tier"}
+
+
 @pytest.mark.parametrize("name", LINKED_DOCS)
 def test_links_resolve(name: str) -> None:
+    """Every relative link names a file that exists and, after a #, one of its headings."""
     path = DOCS / name
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
-        if "://" not in target:
-            assert (path.parent / target).exists(), f"docs/{name} links {target}, which does not exist"
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", path.read_text()):
+        if "://" in target:
+            continue
+        linked = path if target == "" else path.parent / target
+        assert linked.exists(), f"docs/{name} links {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            assert anchor in heading_anchors(linked.read_text()), f"docs/{name} links {target}#{anchor}: no such heading"
 
 
 def test_documented_top_level_imports_are_exported() -> None:
