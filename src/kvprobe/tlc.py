@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kvprobe.spec.actions import CORE_EVENTS, WORKER_EVENTS
+from kvprobe.tlc_classes import class_archive
 from kvprobe.tlc_java import JAVA_PACKAGE, TLA2TOOLS_SHA256, CheckerMissing, find_jar, find_java
 from kvprobe.tlc_output import (
     MSG_PROGRESS,
@@ -121,6 +122,8 @@ def run_tlc(
     TLC reports how often each action fired (``TlcResult.coverage``); it
     counts as it evaluates, which costs CPU (a fifth to a quarter of a
     liveness run's), so runs that never read the counts leave it off.
+    Java maps TLC's classes from a shared archive (:mod:`kvprobe.tlc_classes`),
+    written by the first run; it changes how soon TLC starts, not its result.
 
     Raises:
         CheckerMissing: no java, or no (or a tampered) jar.
@@ -128,6 +131,7 @@ def run_tlc(
     jar = find_jar()
     java = find_java()
     tlc_args, java_options = config_directives(config.read_text())
+    archive = class_archive(java, jar)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvprobe-tlc-", dir=workdir) as tmp:
         folder = Path(tmp)
@@ -144,6 +148,7 @@ def run_tlc(
             # chain of @@): the default thread stack overflows on a few hundred.
             "-Xss64m",
             f"-Djava.io.tmpdir={folder / 'java-tmp'}",
+            *(archive.java_options() if archive is not None else []),
             *java_options,
             "-cp",
             str(jar),
@@ -176,6 +181,8 @@ def run_tlc(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            if archive is not None:
+                archive.keep()
     return read_result(messages, exit_code, time.monotonic() - started)
 
 

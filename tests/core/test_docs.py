@@ -87,7 +87,8 @@ def test_links_resolve(name: str) -> None:
         linked = path if target == "" else path.parent / target
         assert linked.exists(), f"docs/{name} links {target}, which does not exist"
         if anchor and linked.suffix == ".md":
-            assert anchor in heading_anchors(linked.read_text()), f"docs/{name} links {target}#{anchor}: no such heading"
+            headings = heading_anchors(linked.read_text())
+            assert anchor in headings, f"docs/{name} links {target}#{anchor}: no such heading"
 
 
 def test_documented_top_level_imports_are_exported() -> None:
