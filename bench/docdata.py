@@ -14,9 +14,11 @@ listed in :data:`CHECKED_DOCS`):
   names it: ``"figure": "img/NAME.png"``.
 * **A table in a doc** that quotes a data file follows the line
   ``<!-- data: NAME#ID -->`` and is, line for line, :func:`render`'s output:
-  a line saying when, where and how it was measured, a blank line, the
-  Markdown table.  ``python -m bench.docdata render NAME#ID`` prints it.  The
-  fleet's data file (``bench.fleet``'s results) is quoted as the fixed-width
+  a line saying when, where and how it was measured (or, when the table
+  quoted before it in the same section comes from the same file,
+  :data:`SAME_RUN`), a blank line, the Markdown table.
+  ``python -m bench.docdata render NAME#ID`` prints it.  The fleet's data
+  file (``bench.fleet``'s results) is quoted as the fixed-width
   block ``python -m bench.fleet --from-json`` prints.
 * In ``performance.md`` every table is quoted so.
 * **A ratio in prose** (a number or a range of two, then the multiplication
@@ -62,6 +64,9 @@ CHECKED_DOCS = ("performance.md", "plots.md", "fleet.md")
 ONLY_QUOTED_TABLES = ("performance.md",)
 PROVENANCE = ("title", "date", "machine", "command", "source")
 MACHINE = ("cpu", "cores", "python", "build", "load")
+
+#: The provenance line of a table whose data file the table before it (same section) quoted too.
+SAME_RUN = "*The same run as the table above.*"
 
 _MARKER = re.compile(r"^<!-- data: ([\w.-]+)#([\w-]+) -->$")
 _RATIO = re.compile(r"(\d+(?:\.\d+)?)(?:[\u2013-](\d+(?:\.\d+)?))?\u00d7")  # 0.93x, 0.97-0.98x (en dash, times)
@@ -123,20 +128,34 @@ def _fleet_lines(data: dict[str, Any]) -> list[str]:
     return [header(run_columns), *(row(r, run_columns) for r in data["runs"])]
 
 
-def render(data: dict[str, Any], table: str) -> list[str]:
+def render(data: dict[str, Any], table: str, *, same_run: bool = False) -> list[str]:
     """The lines a doc shows for ``table`` of ``data``: provenance, a blank line, the table.
+
+    With ``same_run`` (the table before it in the section quotes the same
+    file) the provenance is :data:`SAME_RUN`.
 
     Raises:
         DataFileError: ``data`` has no such table.
     """
+    said = SAME_RUN if same_run else provenance(data)
     if table == "runs" and "runs" in data:  # bench.fleet's results
-        return [provenance(data), "", "```", *_fleet_lines(data), "```"]
+        return [said, "", "```", *_fleet_lines(data), "```"]
     found = data.get("tables", {}).get(table)
     if not isinstance(found, dict) or "columns" not in found or "rows" not in found:
         raise DataFileError(f"{data['title']!r} has no table {table!r}")
     lines = ["| " + " | ".join(found["columns"]) + " |", "|" + "---|" * len(found["columns"])]
     lines += ["| " + " | ".join(row) + " |" for row in found["rows"]]
-    return [provenance(data), "", *lines]
+    return [said, "", *lines]
+
+
+def quoted_before(lines: Sequence[str], at: int) -> str | None:
+    """The data file that the marker before line index ``at`` quotes, in the same section (None: none)."""
+    for line in reversed(lines[:at]):
+        if line.startswith("#"):
+            return None
+        if marker := _MARKER.match(line):
+            return marker.group(1)
+    return None
 
 
 def machine_record() -> dict[str, Any]:
@@ -146,7 +165,7 @@ def machine_record() -> dict[str, Any]:
 
 
 def requote(doc: Path, name: str, data: dict[str, Any]) -> list[str]:
-    """Rewrite, in ``doc``, every table of ``data`` quoted as ``NAME#ID`` by its rendering; return the ids not quoted.
+    """Rewrite, in ``doc``, each table quoted as ``NAME#ID`` (every time) by its rendering; return the ids not quoted.
 
     A generator calls this after writing ``docs/data/NAME.json`` so the doc
     shows the new figures; a table the doc does not quote is left to the
@@ -156,20 +175,24 @@ def requote(doc: Path, name: str, data: dict[str, Any]) -> list[str]:
         FileNotFoundError: ``doc`` does not exist.
     """
     lines = doc.read_text().splitlines()
-    missing = []
-    for table in data["tables"]:
-        marker = f"<!-- data: {name}#{table} -->"
-        if marker not in lines:
-            missing.append(table)
+    quoted: set[str] = set()
+    at = 0
+    while at < len(lines):
+        marker = _MARKER.match(lines[at])
+        at += 1
+        if marker is None or marker.group(1) != name or marker.group(2) not in data["tables"]:
             continue
-        at = end = lines.index(marker) + 1
+        table = marker.group(2)
+        quoted.add(table)
+        end = at
         if end < len(lines) and lines[end].startswith("*"):  # the provenance line, then its blank line
             end += 1
             if end < len(lines) and not lines[end]:
                 end += 1
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
-        lines[at:end] = render(data, table)
+        lines[at:end] = render(data, table, same_run=quoted_before(lines, at - 1) == name)
+    missing = [table for table in data["tables"] if table not in quoted]
     doc.write_text("\n".join(lines) + "\n")
     return missing
 
@@ -202,6 +225,7 @@ def check_doc(path: Path, data_dir: Path = DATA_DIR) -> tuple[list[str], set[str
         figures: set[str] = set()
         prose: list[tuple[int, str]] = []
         skip_until = 0
+        previous: str | None = None  # the data file of the section's last quoted table
         for index, (number, line) in enumerate(section):
             if number <= skip_until:
                 continue
@@ -209,8 +233,9 @@ def check_doc(path: Path, data_dir: Path = DATA_DIR) -> tuple[list[str], set[str
             if marker:
                 name, table = marker.groups()
                 quoted.add(name)
+                same_run, previous = previous == name, name
                 try:
-                    expected = render(load(name, data_dir), table)
+                    expected = render(load(name, data_dir), table, same_run=same_run)
                 except DataFileError as exc:
                     problems.append(f"{path.name}:{number}: {exc}")
                     continue

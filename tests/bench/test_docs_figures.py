@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bench.common import DOCS_DIR
-from bench.docdata import CHECKED_DOCS, DataFileError, check_all, dumps, load, render
+from bench.docdata import CHECKED_DOCS, SAME_RUN, DataFileError, check_all, dumps, load, provenance, render, requote
 
 
 def test_the_docs_agree_with_their_data_files() -> None:
@@ -160,3 +160,29 @@ def test_the_fleet_table_is_quoted_as_bench_fleet_prints_it(tmp_path: Path) -> N
     (docs / "data" / "fleet.json").write_text(dumps(fleet))
     problems = [p for p in check_all(docs, CHECKED_DOCS) if "fleet" in p]
     assert len(problems) == 1 and "table fleet#runs disagrees" in problems[0] and "50.0%" in problems[0]
+
+
+def test_a_second_table_of_the_same_run_in_a_section_says_so_and_a_new_section_says_it_all(tmp_path: Path) -> None:
+    data = {key: value for key, value in DATA.items() if key != "figure"}  # no picture to draw
+    full, same = render(data, "r"), render(data, "r", same_run=True)
+    assert same[0] == SAME_RUN and same[1:] == full[1:]
+    table = "<!-- data: d#r -->\n{}\n"
+    section_a = "## A\n\n" + table.format("\n".join(full)) + "\nThen:\n\n" + table.format("\n".join(same))
+    section_b = "\n## B\n\n" + table.format("\n".join(full))
+    assert _check(_docs(tmp_path / "ok", "# P\n\n" + section_a + section_b, data, picture=False)) == []
+    # The whole line again in the same section, or the short one in a new section: each is named.
+    repeated = section_a.replace(SAME_RUN, full[0])
+    short_in_b = section_b.replace(full[0], SAME_RUN)
+    for name, text in [("repeated", repeated + section_b), ("short", section_a + short_in_b)]:
+        problems = _check(_docs(tmp_path / name, "# P\n\n" + text, data, picture=False))
+        assert len(problems) == 1 and "table d#r disagrees" in problems[0], (name, problems)
+
+
+def test_requote_writes_the_short_line_for_a_second_table_of_the_same_run(tmp_path: Path) -> None:
+    doc = tmp_path / "p.md"
+    data = DATA | {"tables": {**DATA["tables"], "s": DATA["tables"]["r"]}}
+    doc.write_text("## A\n\n<!-- data: d#r -->\n\n<!-- data: d#s -->\n\n## B\n\n<!-- data: d#s -->\n")
+    assert requote(doc, "d", data) == []
+    text = doc.read_text()
+    assert text.count(SAME_RUN) == 1 and text.count(provenance(data)) == 2, text
+    assert text.index(SAME_RUN) < text.index("## B")
