@@ -214,7 +214,9 @@ def config_directives(cfg_text: str) -> tuple[list[str], list[str]]:
     """The TLC arguments and Java options a config asks for in comment lines.
 
     ``\\* kvprobe: tlc-args -simulate -depth 60 -seed 7`` adds those TLC
-    arguments (only ``-simulate``, ``-depth`` and ``-seed`` with numbers);
+    arguments (only ``-simulate``, ``-depth`` and ``-seed`` with numbers;
+    ``-simulate num=N`` stops a simulation after N behaviours, whatever the
+    machine's speed);
     ``\\* kvprobe: stop-after 540`` stops TLC after that many seconds
     (``-Dtlc2.TLC.stopAfter``, which TLC 2.15 honours; it ends a simulation,
     which otherwise never stops).
@@ -238,8 +240,11 @@ def config_directives(cfg_text: str) -> tuple[list[str], list[str]]:
                 raise ValueError(f"stop-after needs a number of seconds, got {value!r}")
             java_options.append(f"-Dtlc2.TLC.stopAfter={int(words[0])}")
             continue
-        for word in words:
-            if word not in _ALLOWED_TLC_ARGS and not word.isdigit():
-                raise ValueError(f"tlc-args may hold only {sorted(_ALLOWED_TLC_ARGS)} and numbers, got {word!r}")
+        for before, word in zip(["", *words], words, strict=False):
+            behaviours = before == "-simulate" and re.fullmatch(r"num=[1-9]\d*", word) is not None
+            if word not in _ALLOWED_TLC_ARGS and not word.isdigit() and not behaviours:
+                raise ValueError(
+                    f"tlc-args may hold only {sorted(_ALLOWED_TLC_ARGS)}, numbers and -simulate num=N, got {word!r}"
+                )
         tlc_args += words
     return tlc_args, java_options

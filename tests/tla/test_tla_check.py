@@ -395,6 +395,16 @@ def test_deep_config_is_a_bounded_simulation() -> None:
     assert props == ["-Dtlc2.TLC.stopAfter=540"]  # under 10 minutes
     with pytest.raises(ValueError, match="tlc-args"):
         config_directives("\\* kvprobe: tlc-args -deadlock\n")
+    # A count of behaviours, only right after -simulate.
+    assert config_directives("\\* kvprobe: tlc-args -simulate num=40 -seed 3\n")[0] == [
+        "-simulate",
+        "num=40",
+        "-seed",
+        "3",
+    ]
+    for bad in ("-seed num=40", "-simulate num=0", "-simulate num=x", "num=40"):
+        with pytest.raises(ValueError, match="tlc-args"):
+            config_directives(f"\\* kvprobe: tlc-args {bad}\n")
 
 
 def test_model_checking_runs_check_liveness_once_at_the_end() -> None:
@@ -432,7 +442,13 @@ def test_tlc_counts_actions_only_for_a_plain_checks_report(
 @pytest.mark.long
 @pytest.mark.parametrize(("mutant", "outcome"), [("none", "ok"), ("fail-resolves-hit", "invariant")])
 def test_deep_simulation_runs_and_catches_a_mutant(mutant: str, outcome: str, tmp_path: Path) -> None:
-    text = (tla_dir() / "deep.cfg").read_text().replace("stop-after 540", "stop-after 15")
+    # A count of behaviours, not seconds: with its seed a simulation is the same run everywhere, so
+    # the mutant is caught on a loaded machine too (15 s missed it in CI beside liveness2; its
+    # violation is in behaviour 241 to 250, so 500 leaves twice that).
+    behaviours = 250 if mutant == "none" else 500
+    text = (tla_dir() / "deep.cfg").read_text().replace("stop-after 540", "stop-after 600")
+    text = text.replace("tlc-args -simulate ", f"tlc-args -simulate num={behaviours} ")
+    assert f"-simulate num={behaviours} " in text, "deep.cfg's simulate directive changed"
     cfg = tmp_path / "deep.cfg"
     cfg.write_text(text if mutant == "none" else mutant_config(text, mutant))
     result = run_tlc(tla_dir() / root_module(None if mutant == "none" else mutant), cfg)
