@@ -30,6 +30,16 @@ How it is built (for both builds, see :data:`kvprobe.statemachine.rules.COMPILED
 
 In inferred mode (``chain_mode="inferred"``) a chain none of whose keys was
 refuted is searched instead (:mod:`kvprobe.statemachine.inferred`).
+
+The start rule (``core.start_backlog``, off by default): while groups
+submitted at earlier steps are still unanswered, a request that holds no
+probe yet does not start its walk unless :func:`starts_walk` allows it; the
+call then looks nothing up and answers pending.  A store that cannot keep
+up then serves the walks already under way first, rather than sharing its
+rate among ever more walks until none is decided by its deadline.  A held
+call is no Lookup at all (the scheduler may always not ask), so it changes
+nothing the model checks; every submitted group ends by the lookup timeout,
+so a held walk starts once the backlog falls.
 """
 
 from __future__ import annotations
@@ -47,7 +57,19 @@ from kvprobe.statemachine.windows import ALL, window_end
 if TYPE_CHECKING:
     from kvprobe.statemachine.core import LookupCore
 
-__all__ = ["walk_chain"]
+__all__ = ["starts_walk", "walk_chain"]
+
+
+def starts_walk(outstanding: int, started_this_step: int, start_backlog: int) -> bool:
+    """Whether a request that holds no probe yet may start its walk now.
+
+    ``outstanding``: groups submitted at earlier steps and not answered yet;
+    ``started_this_step``: walks this rule already let start since the last
+    flush.  With nothing outstanding the store keeps up and every walk
+    starts; otherwise only while the groups outstanding and the walks just
+    started stay below ``start_backlog``.
+    """
+    return outstanding == 0 or outstanding + started_this_step < start_backlog
 
 
 def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> ChainAnswer:
@@ -76,6 +98,14 @@ def walk_chain(core: LookupCore, keys: Sequence[Any], req_context: HasReqId) -> 
         check_chain_keys(asked, 0)  # applying results is a change: every key is checked first
         verified = True
         core.drain()
+    backlog = core.start_backlog
+    if backlog is not None and asked and req_id not in core.requests:
+        if not starts_walk(len(core.outstanding), core.walks_started, backlog):
+            if not verified:
+                check_chain_keys(asked, 0)  # a bad key is named now, not when the walk starts
+            core.walks_held += 1
+            return ChainAnswer(0, False, True, 0)
+        core.walks_started += 1
     if core.chain_mode == INFERRED and asked:
         if not verified:
             check_chain_keys(asked, 0)

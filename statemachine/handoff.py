@@ -78,6 +78,7 @@ class WorkerHandoff(ProbeTable):
         """
         if self.inbox:
             self.drain()
+        self.walks_started = 0  # the start rule's count is per step
         entries, self.step_batch = self.step_batch, []
         if not entries:
             return None

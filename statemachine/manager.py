@@ -42,6 +42,7 @@ from kvprobe.statemachine.verdict_cache import VerdictCache, VerdictMemory
 from kvprobe.statemachine.weak_backend import BackendAnchor, WeakBackend
 from kvprobe.statemachine.windows import (
     chain_schedule,
+    start_backlog_of,
     window_name,
 )
 from kvprobe.statemachine.workers import (
@@ -121,6 +122,15 @@ class AsyncLookupManager:
             the backend's answers are remembered across requests, bounded in
             entries and time (docs/cache.md); a key asked again within its
             TTL is answered at once, without a probe.
+        start_backlog: ``lookup_chain``'s start rule.  While groups submitted
+            at earlier steps are unanswered, a request that holds no probe
+            yet starts its walk only while those groups and the walks
+            already started this step number fewer than this; otherwise the
+            call looks nothing up and answers pending (counted in
+            :attr:`walks_held`).  A store that cannot keep up then serves
+            the walks under way first.  Not given: the backend's
+            ``start_backlog`` if it has one (the object tier's), else off;
+            0: off.
 
     A manager dropped without ``shutdown`` stops its worker when it is
     garbage-collected (its threads end once their calls return), even when
@@ -140,6 +150,8 @@ class AsyncLookupManager:
             ``chain_window`` is below 1 or a string other than ``"all"``,
             ``chain_window_growth`` is not above 1, above 16, NaN or infinite,
             the backend's ``chain_schedule`` is not such a pair,
+            ``start_backlog`` is negative or the backend's is not an int of
+            at least 1 (``start_backlog`` not an int: InvalidInputError),
             or ``chain_mode`` is a string other than ``"exact"`` or
             ``"inferred"`` (not a string: InvalidInputError).
             Nothing was started.
@@ -165,6 +177,7 @@ class AsyncLookupManager:
         chain_window_growth: float | None = None,
         chain_mode: Literal["exact", "inferred"] = "exact",
         verdict_cache: VerdictCache | None = None,
+        start_backlog: int | None = None,
     ) -> None:
         if not callable(getattr(backend, "batch_lookup", None)):
             raise InvalidInputError(
@@ -181,6 +194,7 @@ class AsyncLookupManager:
         tier_schedule = getattr(backend, "chain_schedule", None)
         first_window, growth = chain_schedule(chain_window, chain_window_growth, tier_schedule)
         walk_mode = chain_mode_name(chain_mode)
+        backlog = start_backlog_of(start_backlog, getattr(backend, "start_backlog", None))
         if trace is not None and not callable(trace):
             raise InvalidInputError(f"trace must be callable, got {type(trace).__name__}")
         memory = None if verdict_cache is None else VerdictMemory(verdict_cache, time.monotonic)
@@ -208,6 +222,7 @@ class AsyncLookupManager:
         self._core.chain_window_growth = growth
         self._core.chain_mode = walk_mode
         self._core.memory = memory
+        self._core.start_backlog = backlog
         if worker == "thread":
             self.worker: Worker = ThreadedWorker(
                 name=name,
@@ -299,6 +314,16 @@ class AsyncLookupManager:
     def chain_window_growth(self) -> float:
         """How much each window of ``lookup_chain`` grows on the one before."""
         return self._core.chain_window_growth
+
+    @property
+    def start_backlog(self) -> int | None:
+        """``lookup_chain``'s start rule: the groups outstanding at which new walks wait, or None (off)."""
+        return self._core.start_backlog
+
+    @property
+    def walks_held(self) -> int:
+        """``lookup_chain`` calls the start rule held back (they looked nothing up and answered pending)."""
+        return self._core.walks_held
 
     @property
     def chain_mode(self) -> str:

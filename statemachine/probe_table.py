@@ -108,6 +108,14 @@ class ProbeTable:
         #: None (the default) remembers nothing across requests;
         #: ``AsyncLookupManager(verdict_cache=...)`` sets one.
         self.memory: VerdictMemory | None = None
+        #: ``lookup_chain``'s start rule (:func:`kvprobe.statemachine.chain.starts_walk`):
+        #: None (the default), every walk starts at once; else the groups
+        #: outstanding at which a request holding no probe waits.
+        self.start_backlog: int | None = None
+        #: Walks the start rule let start since the last flush.
+        self.walks_started = 0
+        #: ``lookup_chain`` calls the start rule held back (they looked nothing up).
+        self.walks_held = 0
 
     @property
     def stats(self) -> Stats:

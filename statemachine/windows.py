@@ -47,6 +47,7 @@ __all__ = [
     "MAX_CHAIN_WINDOW_GROWTH",
     "chain_schedule",
     "chain_window_size",
+    "start_backlog_of",
     "window_end",
     "window_growth",
     "window_name",
@@ -141,6 +142,32 @@ def chain_schedule(window: object, growth: object, tier_schedule: object = None)
         first if window is None else chain_window_size(window),
         grows if growth is None else window_growth(growth),
     )
+
+
+def start_backlog_of(asked: object, tier_backlog: object = None) -> int | None:
+    """``lookup_chain``'s start rule (:func:`kvprobe.statemachine.chain.starts_walk`): a backlog, or None (off).
+
+    ``asked`` is the manager's ``start_backlog`` argument: None when not
+    given (then the backend's ``start_backlog`` attribute, ``tier_backlog``,
+    if it has one, else off), 0 for off, or the groups outstanding at which
+    a request holding no probe waits to start its walk.
+
+    Raises:
+        InvalidInputError: ``asked`` is not an int (a bool neither).
+        InvalidValueError: ``asked`` is negative, or ``tier_backlog`` is not
+            an int of at least 1 (the message names the backend's attribute).
+    """
+    if asked is None:
+        if tier_backlog is None:
+            return None
+        if isinstance(tier_backlog, bool) or not isinstance(tier_backlog, int) or tier_backlog < 1:
+            raise InvalidValueError(f"the backend's start_backlog must be an int of at least 1, got {tier_backlog!r}")
+        return tier_backlog
+    if isinstance(asked, bool) or not isinstance(asked, int):
+        raise InvalidInputError(f"start_backlog must be an int or None, got {type(asked).__name__}")
+    if asked < 0:
+        raise InvalidValueError(f"start_backlog must be 0 (off) or more, got {asked}")
+    return asked or None
 
 
 def window_name(first: int) -> int | str:

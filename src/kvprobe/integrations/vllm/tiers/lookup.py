@@ -26,6 +26,7 @@ from kvprobe.backends.fs import FsBackend
 from kvprobe.backends.nixl_obj import NixlObjBackend
 from kvprobe.integrations.vllm.manager import AsyncLookupManager
 from kvprobe.integrations.vllm.tiers.options import TierConfigError, TierLookupOptions
+from kvprobe.statemachine.chain import starts_walk
 from kvprobe.statemachine.types import HasReqId
 
 __all__ = [
@@ -102,18 +103,6 @@ class LookupBackend(Protocol):
     """What :class:`TierLookupManager` asks: kvprobe's backend protocol."""
 
     def batch_lookup(self, keys: Sequence[Key], req_context: object) -> list[bool]: ...
-
-
-def starts_walk(outstanding: int, started_this_step: int, start_backlog: int) -> bool:
-    """Whether a request that holds no probe yet may start its walk now.
-
-    ``outstanding``: lookup calls submitted at earlier steps and not answered
-    yet; ``started_this_step``: walks this rule already let start since the
-    last flush.  With nothing outstanding the store keeps up and every walk
-    starts; otherwise only while the calls outstanding and the walks just
-    started stay below ``start_backlog``.
-    """
-    return outstanding == 0 or outstanding + started_this_step < start_backlog
 
 
 class TierLookupManager(AsyncLookupManager):
