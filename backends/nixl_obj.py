@@ -209,6 +209,12 @@ class NixlObjBackend:
     #: calls on average instead of 6.7 (docs/chains.md); docs/fleet.md
     #: measures the gain on Ceph RGW.
     chain_schedule: ClassVar[tuple[int, float]] = (4, 1.25)
+    #: ``lookup_chain``'s start rule unless the manager is told otherwise
+    #: (``start_backlog=``, 0 for off): while 4 or more groups submitted at
+    #: earlier steps are unanswered, a request not yet walking waits, so a
+    #: store at its cap serves the walks under way first (docs/chains.md;
+    #: six engines on RGW capped at 400 HEAD/s: docs/performance.md).
+    start_backlog: ClassVar[int] = 4
 
     def __init__(
         self,

@@ -105,6 +105,7 @@ class Setup:
     chain_window: int = NixlObjBackend.chain_schedule[0]  # the engines' first window (exact mode): the tier's
     chain_growth: float = NixlObjBackend.chain_schedule[1]  # how their windows grow (chain_window_growth)
     pace_scope: str = "host"  # who shares a store's pace: the host's engine processes (the default), or each alone
+    start_backlog: int | None = None  # lookup_chain's start rule: None, the backend's; 0, off
 
     def cap(self) -> dict[str, float]:
         """The proxy's cap settings."""
@@ -128,6 +129,8 @@ class Setup:
             raise ValueError(f"the engines' manager would refuse it: {exc}") from exc
         if self.pace_scope not in PACE_SCOPES:
             raise ValueError(f"pace_scope must be one of {PACE_SCOPES}, got {self.pace_scope!r}")
+        if self.start_backlog is not None and not 0 <= self.start_backlog <= 1000:
+            raise ValueError(f"start_backlog must be in [0, 1000], got {self.start_backlog!r}")
         if self.chain_window == ALL:
             raise ValueError("chain_window must be a first window of keys ('all' is not measured here)")
 
@@ -238,6 +241,8 @@ def run_seed(
     base |= {"chain_mode": chain_mode, "chain_window": setup.chain_window, "chain_window_growth": setup.chain_growth}
     base |= {"step_s": setup.step_s, "access_key": creds["access_key"], "secret_key": creds["secret_key"]}
     base |= {"pace_scope": setup.pace_scope}
+    if setup.start_backlog is not None:
+        base |= {"start_backlog": setup.start_backlog}
     plans = engine_plans(setup, seed, stored)
     # Uncapped while the engines start: each backend checks its store once at construction, and
     # that check is not what is measured (an engine refused there never serves a request).
@@ -384,6 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the engines' pace_scope: each process paces alone, or the host's processes share one pace",
     )  # fmt: skip
     parser.add_argument(
+        "--start-backlog", type=int, default=None, metavar="N",
+        help="the engines' start_backlog (lookup_chain's start rule; default: the object tier's, 0: off)",
+    )  # fmt: skip
+    parser.add_argument(
         "--schedules", type=_schedule, nargs="+", default=[], metavar="WINDOW:GROWTH[:SCOPE]",
         help="more schedules (and pace scopes) for the exact walk, each run on every seed, compared side by side "
         "(e.g. 1:1.25 4:1.25:host)",
@@ -398,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup = Setup(
             args.engines, args.rate, args.duration, args.deadline, head_rate=args.head_rate,
             head_burst=args.head_burst, pool=args.pool, chain_window=args.chain_window, chain_growth=args.chain_growth,
-            pace_scope=args.pace_scope,
+            pace_scope=args.pace_scope, start_backlog=args.start_backlog,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))

@@ -64,6 +64,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         chain_mode=plan.get("chain_mode", "exact"),
         chain_window=plan.get("chain_window"),  # None: the object tier's (NixlObjBackend.chain_schedule)
         chain_window_growth=plan.get("chain_window_growth"),
+        start_backlog=plan.get("start_backlog"),
     )
     print("ready", flush=True)
     sys.stdin.readline()
@@ -114,6 +115,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         "pacing": backend.pacing,
         "pace": pace,
         "longest_step_s": round(longest_step, 4),
+        "walks_held": m.walks_held,
         "elapsed_s": round(time.monotonic() - started, 2),
     }
     m.shutdown()

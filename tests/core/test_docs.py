@@ -91,6 +91,16 @@ def test_links_resolve(name: str) -> None:
             assert anchor in headings, f"docs/{name} links {target}#{anchor}: no such heading"
 
 
+#: docs/ as a whole stays short enough to read and to keep true (words as ``wc -w`` counts them).
+DOCS_WORDS = 20_000
+
+
+def test_the_docs_stay_under_their_word_budget() -> None:
+    counts = {path.name: len(path.read_text().split()) for path in DOCS.glob("*.md")}
+    largest = sorted(counts.items(), key=lambda item: -item[1])[:3]
+    assert sum(counts.values()) < DOCS_WORDS, f"docs/ holds {sum(counts.values())} words; the largest: {largest}"
+
+
 def test_documented_top_level_imports_are_exported() -> None:
     texts = [ROOT / "README.md", *DOCS.glob("*.md"), *(ROOT / "examples").glob("*.py")]
     used = set()
