@@ -177,8 +177,14 @@ def delay_samples(
     keys_per_request: int = 256,
     forward_ms: float = 15.0,
     seed: int = 5,
+    settle_s: float = 10.0,
 ) -> list[tuple[int, float, int]]:
-    """Run a scheduler loop on a MeteredManager; return its (steps, seconds, verdicts) delays."""
+    """Run a scheduler loop on a MeteredManager; return its (steps, seconds, verdicts) delays.
+
+    ``steps`` steps take arrivals; then steps go on without arrivals until
+    every request has its verdicts (at most ``settle_s`` seconds), so that a
+    worker the machine's load slows down still has its answers sampled.
+    """
     rng = random.Random(seed)
     m = MeteredManager(backend, name="delay")
     core = m.core
@@ -187,10 +193,18 @@ def delay_samples(
     live: list[tuple[ReqContext, list[bytes]]] = []
     serial = 0
     try:
-        for _ in range(steps):
-            for _ in range(arrivals):
-                live.append((ReqContext(f"r{serial}"), rng.sample(list(keys), keys_per_request)))
-                serial += 1
+        settle_until: float | None = None
+        step = 0
+        while step < steps or live:
+            if step < steps:
+                for _ in range(arrivals):
+                    live.append((ReqContext(f"r{serial}"), rng.sample(list(keys), keys_per_request)))
+                    serial += 1
+            elif settle_until is None:
+                settle_until = time.monotonic() + settle_s
+            elif time.monotonic() > settle_until:
+                break
+            step += 1
             still = []
             for ctx, wanted in live:
                 verdicts = [m.lookup(k, ctx) for k in wanted]
