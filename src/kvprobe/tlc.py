@@ -10,7 +10,9 @@ seam each; the public names of the first four are importable from here too:
 * :mod:`kvprobe.tlc_output`: TLC's ``-tool`` message protocol, a run's result;
 * :mod:`kvprobe.tlc_trace`: recorded traces written as TLA+ modules;
 * :mod:`kvprobe.tlc_values`: TLC's values and ``-dump dot`` state graphs;
-* :mod:`kvprobe.tlc_mutants`: the model's mutants and how a run selects one.
+* :mod:`kvprobe.tlc_mutants`: the model's mutants and how a run selects one;
+* :mod:`kvprobe.tlc_classes`, :mod:`kvprobe.tlc_printer`: a shared archive of
+  TLC's classes, and its value printer without layout for graph dumps.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from kvprobe.tlc_output import (
     parse_steps,
     read_result,
 )
+from kvprobe.tlc_printer import plain_printer
 from kvprobe.tlc_trace import read_trace, trace_coverage, trace_coverage_line, trace_to_tla
 from kvprobe.tlc_values import FrozenDict, ModelValue, TlaValue, parse_state, parse_value, read_state_graph
 
@@ -109,6 +112,7 @@ def run_tlc(
     on_message: Callable[[Message], None] | None = None,
     workdir: Path | None = None,
     coverage: bool = True,
+    plain_values: bool = False,
 ) -> TlcResult:
     """Run TLC on ``spec`` (a root module) with ``config`` and read the result.
 
@@ -124,6 +128,9 @@ def run_tlc(
     liveness run's), so runs that never read the counts leave it off.
     Java maps TLC's classes from a shared archive (:mod:`kvprobe.tlc_classes`),
     written by the first run; it changes how soon TLC starts, not its result.
+    With ``plain_values`` TLC prints values without its layout pass
+    (:mod:`kvprobe.tlc_printer`; for ``-dump dot`` graphs, whose reader
+    ignores layout): the same values, in far less CPU on a large graph.
 
     Raises:
         CheckerMissing: no java, or no (or a tampered) jar.
@@ -131,7 +138,10 @@ def run_tlc(
     jar = find_jar()
     java = find_java()
     tlc_args, java_options = config_directives(config.read_text())
-    archive = class_archive(java, jar)
+    printer = plain_printer(java) if plain_values else None
+    # The archive records the classpath it was written with: a run with the
+    # printer in front neither maps it nor writes it.
+    archive = class_archive(java, jar) if printer is None else None
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvprobe-tlc-", dir=workdir) as tmp:
         folder = Path(tmp)
@@ -151,7 +161,7 @@ def run_tlc(
             *(archive.java_options() if archive is not None else []),
             *java_options,
             "-cp",
-            str(jar),
+            os.pathsep.join([*([str(printer)] if printer is not None else []), str(jar)]),
             "tlc2.TLC",
             "-tool",
             "-workers",
