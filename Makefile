@@ -6,6 +6,11 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
+# The suite starts hundreds of interpreters: with PYTHONDONTWRITEBYTECODE
+# set, each compiles every module of the checkout it imports and each pytest
+# rewrites every test module.  The recipes write bytecode (__pycache__/, which
+# git ignores).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: check dev test test-long test-long-stages test-long-quiet lint bench rgw compiled pure test-compiled test-vllm
 
@@ -78,24 +83,28 @@ test: lint rgw
 	$(BIN)/python -m buildtools.wait_quiet
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "not long and not tlc and quiet"
 
-# Three stages: liveness2 (about 10 CPU minutes of TLC, on two workers) in
-# a stage of its own, the other long TLC runs, and the rest (Hypothesis
-# campaigns, RGW storms and fleets, mostly waiting).  Then, alone, the long
-# tests marked `quiet` (random 503s through a Python proxy, which a TLC run
-# beside it starves).  .ci/run runs the two parts apart: vLLM's tests, the
-# deep replay and test-compiled run beside the stages and end before the
-# quiet tests.
+# Three stages: liveness2 (about 10 CPU minutes of TLC on one worker) in a
+# stage of its own and ahead of the others (they run at niceness 5, so the
+# long pole keeps a core), the other long TLC runs, and the rest
+# (Hypothesis campaigns, RGW storms and fleets).  Then, with nothing else
+# running, the long tests marked `quiet`: two campaigns of random 503s
+# through a Python proxy (a TLC run beside one starves it), each with its
+# own RGW and proxy and under half a core, so the two run side by side.
+# .ci/run runs the two parts apart: vLLM's tests, the deep replay and
+# test-compiled run beside the stages and end before the quiet tests.
 test-long: test-long-stages test-long-quiet
 
 test-long-stages: rgw dev
-	HYPOTHESIS_PROFILE=ci $(STAGES) \
+	HYPOTHESIS_PROFILE=ci $(STAGES) --first-ahead 5 \
 	  "long and tlc@tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
 	  "long and tlc@!tests/tla/test_tla_check.py::test_the_wider_configs_hold[liveness2]" \
 	  "long and not tlc and not quiet"
 
 test-long-quiet: rgw dev
 	$(BIN)/python -m buildtools.wait_quiet
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -q -m "long and not tlc and quiet"
+	HYPOTHESIS_PROFILE=ci $(STAGES) \
+	  "long and not tlc and quiet@tests/stores/test_obj_pace_random_loss.py::test_random_503s_cost_no_verdict" \
+	  "long and not tlc and quiet@!tests/stores/test_obj_pace_random_loss.py::test_random_503s_cost_no_verdict"
 
 bench: dev
 	$(BIN)/python -m bench.run_all

@@ -19,12 +19,19 @@ stages' counts in pytest's words.  The exit status is the first non-zero
 stage status (pytest's 5, "no tests collected", counts as a failure: a
 stage that selects nothing is a broken selection, not a pass).
 
+With ``--first-ahead N`` every stage but the first runs at a niceness N
+higher: the first is then the run's long pole (a single-threaded TLC run
+that needs a core to itself to end with the rest), and the others share
+what it leaves, as they would share both cores without it.
+
     python -m buildtools.stages "not long and tlc" "not long and not tlc@tests/core" \\
         "not long and not tlc@!tests/core" -- [pytest args]
+    python -m buildtools.stages --first-ahead 5 "long and tlc@tests/x.py::test_long" ...
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -95,8 +102,15 @@ def main(argv: list[str]) -> int:
         stages, extra = argv[:cut], argv[cut + 1 :]
     else:
         stages, extra = argv, []
+    usage = "usage: python -m buildtools.stages [--first-ahead N] MARKEXPR[@PATHS] ... -- [pytest args]"
+    ahead = 0
+    if stages[:1] == ["--first-ahead"]:
+        if len(stages) < 2 or not stages[1].isdigit() or not 0 < int(stages[1]) <= 19:
+            print(f"buildtools.stages: --first-ahead takes a niceness from 1 to 19\n{usage}", file=sys.stderr)
+            return 2
+        ahead, stages = int(stages[1]), stages[2:]
     if not stages:
-        print("usage: python -m buildtools.stages MARKEXPR[@PATHS] ... -- [pytest args]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     try:
         selections = [stage_arguments(stage) for stage in stages]
@@ -113,9 +127,11 @@ def main(argv: list[str]) -> int:
             handle = log.open("w")
             # Each stage its own pytest base temp: two runs must not clean each other's.
             env = {**os.environ, "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} --basetemp={tmp}/t{index}"}
-            runs.append(
-                (stage, log, handle, subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env))
+            behind = ahead if index > 0 else 0
+            process = subprocess.Popen(
+                command, stdout=handle, stderr=subprocess.STDOUT, env=env, preexec_fn=functools.partial(os.nice, behind)
             )
+            runs.append((stage, log, handle, process))
             print(f"stage {index}: {stage!r} (log {log})", flush=True)
         status = 0
         total: Counter[str] = Counter()

@@ -91,13 +91,14 @@ def make_test_stages(target: str) -> list[str]:
     assert recipe is not None, target
     lines = recipe.group(1).replace("\\\n", " ").splitlines()  # a line continued with a backslash is one
     line = next(line for line in lines if "$(STAGES)" in line)
-    return shlex.split(line.split("$(STAGES)", 1)[1])
+    words = shlex.split(line.split("$(STAGES)", 1)[1])
+    return words[2:] if words[:1] == ["--first-ahead"] else words
 
 
 def test_the_makefiles_stages_cut_each_expression_without_a_gap() -> None:
     # Per marker expression: one stage with no paths, or stages with paths plus
     # exactly one that leaves all of those paths out.  Anything else drops tests.
-    for target in ("test", "test-long-stages"):
+    for target in ("test", "test-long-stages", "test-long-quiet"):
         by_expression: dict[str, list[list[str]]] = {}
         for stage in make_test_stages(target):
             marker, _, where = stage.partition("@")
@@ -148,10 +149,36 @@ def test_make_test_and_test_long_select_each_test_exactly_once() -> None:
     # test-long is its stages, then its quiet tests alone (two targets).
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test-long: test-long-stages test-long-quiet$", makefile, flags=re.M)
-    staged = ("test", "test-long-stages")
+    staged = ("test", "test-long-stages", "test-long-quiet")
     expressions = {stage.partition("@")[0].strip() for t in staged for stage in make_test_stages(t)}
-    expressions |= {e for t in ("test", "test-long-quiet") for e in make_test_serial(t)}
+    expressions |= set(make_test_serial("test"))
     assert "not long and not tlc and quiet" in expressions  # the quiet ones run alone after make test's stages
     for long, tlc, quiet in itertools.product((False, True), repeat=3):
         chosen = [e for e in expressions if eval(e, {"__builtins__": {}}, {"long": long, "tlc": tlc, "quiet": quiet})]
         assert len(chosen) == 1, (long, tlc, quiet, chosen)
+
+
+def test_first_ahead_runs_every_stage_but_the_first_at_a_higher_niceness(tmp_path: Path) -> None:
+    # Each test records its process's niceness; the stage after the first runs 7 higher.
+    (tmp_path / "nice").mkdir()
+    (tmp_path / "nice" / "test_nice.py").write_text(
+        "import os, pathlib\n"
+        "def test_records_its_niceness():\n"
+        "    pathlib.Path(os.environ['NICE_OUT'], f'{os.getpid()}').write_text(str(os.nice(0)))\n"
+    )
+    (tmp_path / "out").mkdir()
+    os.environ["NICE_OUT"] = str(tmp_path / "out")
+    try:
+        done = _stages(tmp_path, 0, "--first-ahead", "7", "not slow@nice", "not slow@more,nice")
+    finally:
+        del os.environ["NICE_OUT"]
+    assert done.returncode == 0, done.stdout
+    base = os.nice(0)
+    assert sorted(int(p.read_text()) for p in (tmp_path / "out").iterdir()) == [base, base + 7]
+
+
+def test_first_ahead_needs_a_niceness(tmp_path: Path) -> None:
+    for bad in (["--first-ahead"], ["--first-ahead", "x", "slow"], ["--first-ahead", "0", "slow"]):
+        done = _stages(tmp_path, 0, *bad)
+        assert done.returncode == 2, (bad, done.stdout)
+        assert "usage" in done.stderr, bad
