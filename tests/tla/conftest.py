@@ -71,6 +71,16 @@ def two_key_config(cfg_text: str) -> str:
     return _without_symmetry(text)
 
 
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty kvprobe cache folder of the test's own, with TLC's class archive and plain printer on."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(folder))
+    monkeypatch.delenv("KVPROBE_TLC_CLASS_ARCHIVE", raising=False)
+    monkeypatch.delenv("KVPROBE_TLC_PLAIN_PRINTER", raising=False)
+    return folder
+
+
 def explored_graph(folder: Path, cfg_text: str) -> Graph:
     """TLC's explored state graph of a config (invariants checked; TLC must find no violation)."""
     cfg = folder / "graph.cfg"

@@ -19,14 +19,6 @@ SMALL = (
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs Java")
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(folder))
-    monkeypatch.delenv("KVPROBE_TLC_CLASS_ARCHIVE", raising=False)
-    return folder
-
-
 def _small_run(tmp_path: Path) -> tuple[str, int | None]:
     cfg = tmp_path / "small.cfg"
     cfg.write_text(SMALL)

@@ -21,14 +21,6 @@ needs_javac = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("KVPROBE_CACHE_DIR", str(folder))
-    monkeypatch.delenv("KVPROBE_TLC_PLAIN_PRINTER", raising=False)
-    return folder
-
-
 def _graph(tmp_path: Path, name: str, plain: bool) -> tuple[set[str], set[tuple[str, str, str]], str]:
     """The dump's states (as canonical text: ids are fingerprints, which differ between runs), edges, and raw text."""
     cfg = tmp_path / "small.cfg"
