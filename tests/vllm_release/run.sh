@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Test kvprobe's drop-in against a released vLLM: its real tiers and its own tier tests.
 #
-#   tests/vllm_release/run.sh [link|setup|test|all]      (default: all; run from anywhere)
+#   tests/vllm_release/run.sh [deps|link|setup|test|all]      (default: all; run from anywhere)
 #
-# link   creates $VLLM_VENV (default .venv-vllm) with kvprobe editable from
-#        this checkout (nothing when it already imports from here).
-# setup  link, then torch 2.13.0 (CPU, before vLLM's requirements, so
-#        nothing pulls a CUDA build),
+# deps   creates $VLLM_VENV (default .venv-vllm) and installs torch 2.13.0
+#        (CPU, before vLLM's requirements, so nothing pulls a CUDA build),
 #        `pip install --no-deps vllm==$VLLM_VERSION` (the 336 MB wheel,
 #        without vLLM's dependency tree), then requirements.txt beside this
 #        script (what vLLM's kv_offload import chain needs, and pytest).
-#        Skipped when that venv already has this vLLM version.
+#        Skipped when that venv already has this vLLM version.  Touches
+#        nothing in the checkout, so it may run beside `make dev`.
+# link   creates $VLLM_VENV with kvprobe editable from this checkout
+#        (nothing when it already imports from here).
+# setup  deps, then link.
 # test   downloads vLLM's sdist with pip and takes its tier tests
 #        (tests/v1/kv_offload/tiering/test_{async_lookup,fs_tier,obj_tier}.py)
 #        into a temporary directory: nothing of vLLM's is kept in this
-#        repository.  Runs them on vLLM's own AsyncLookupManager (the
+#        repository.  First runs this repository's engine processes that
+#        exit with lookups in flight (tests/engine/test_exit_in_flight.py),
+#        then vLLM's tier tests on vLLM's own AsyncLookupManager (the
 #        as-shipped baseline: all must pass) and then with the one-line
 #        switch to kvprobe's drop-in (kvprobe_switch.py; the tests listed in
 #        private_fields.toml must fail, the others pass), then the fs and obj
@@ -43,18 +47,23 @@ TEST_FILES=(test_async_lookup.py test_fs_tier.py test_obj_tier.py)
 # (one CI run's `kvprobe check` died of ModuleNotFoundError that way).
 # Pure Python: an editable compiled build would leave its .so files in the
 # checkout, shadowing the .py files for every other venv using it.
+new_venv() {
+    [ -x "$VENV/bin/python" ] && return
+    "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+}
+
 link() {
-    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    new_venv
     if "$VENV/bin/python" -c "import sys, pathlib, kvprobe.backends.memory as m
 sys.exit(not pathlib.Path(m.__file__).resolve().is_relative_to(pathlib.Path.cwd().resolve()))" 2>/dev/null; then
         return
     fi
-    "$VENV/bin/python" -m pip install -q --upgrade pip
     KVPROBE_COMPILE=0 "$VENV/bin/python" -m pip install -q -e .
 }
 
-setup() {
-    link
+deps() {
+    new_venv
     local marker="$VENV/.vllm-release" stamp
     stamp="vllm==$VLLM_VERSION $(cat "$HERE/requirements.txt" | cksum)"
     if [ -f "$marker" ] && [ "$(cat "$marker")" = "$stamp" ]; then
@@ -71,6 +80,11 @@ setup() {
     "$VENV/bin/python" -c "import vllm.v1.kv_offload.tiering.fs.manager, vllm.v1.kv_offload.tiering.obj.manager"
     echo "$stamp" >"$marker"
     echo "vLLM $VLLM_VERSION venv $VENV ready in $((SECONDS - start)) s"
+}
+
+setup() {
+    deps
+    link
 }
 
 # Unpack vLLM's sdist with pip into $1 and copy its tier tests to $1/tests.
@@ -106,6 +120,11 @@ run_tests() {
     fetch_tests "$work" || { rm -rf "$work"; return 1; }
     local pytest=("$VENV/bin/python" -m pytest -p no:cacheprovider -p kvprobe_switch -o timeout=120 -q)
     local status=0
+    # First: engine processes exiting against a slow, throttling store
+    # (minutes, mostly waiting), so that beside other jobs their waits
+    # overlap work rather than end the run.
+    echo "== engine processes exiting with lookups in flight (vLLM $VLLM_VERSION)"
+    KVPROBE_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -q tests/engine/test_exit_in_flight.py || status=1
     echo "== vLLM $VLLM_VERSION's tier tests on vLLM's own AsyncLookupManager"
     (cd "$work/tests" && PYTHONPATH="$repo/$HERE" "${pytest[@]}" --lookup-manager=vllm "${TEST_FILES[@]}") || status=1
     echo "== the same tests with the one-line switch to kvprobe's drop-in"
@@ -121,15 +140,15 @@ run_tests() {
     "$VENV/bin/python" -m pytest -q tests/engine/test_vllm_tiers.py tests/engine/test_vllm_tiers_config.py \
         tests/engine/test_vllm_tiers_bench.py || status=1
     "$VENV/bin/python" -m pytest -q -s tests/engine/test_vllm_release_positions.py || status=1
-    "$VENV/bin/python" -m pytest -q tests/engine/test_exit_in_flight.py || status=1
     rm -rf "$work"
     return "$status"
 }
 
 case "${1:-all}" in
+    deps) deps ;;
     link) link ;;
     setup) setup ;;
     test) run_tests ;;
     all) setup && run_tests ;;
-    *) echo "usage: $0 [link|setup|test|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [deps|link|setup|test|all]" >&2; exit 2 ;;
 esac
