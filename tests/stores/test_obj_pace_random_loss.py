@@ -11,8 +11,8 @@ load (a 2,000-key run needs about 3,500 HEADs through a Python proxy
 within 4.5 s), so there it is reported by the campaign
 (docs/performance.md), not asserted.
 
-Marked ``quiet``: make test-long runs these two side by side (each under half
-a core), with nothing else running, after its stages.  Beside
+Marked ``quiet``: make test-long runs these alone, after its stages (side by
+side, CI run 51d's 20 % campaign shed 738 keys at a pace of 44).  Beside
 liveness2's TLC run in CI (698dc1a) a 5 % run kept 86.2 % and shed 161
 keys: the starved proxy served 144 HEAD/s and the pace fell to 100.  That
 a CPU-starved host still costs verdicts is issue 39's open part, not a
