@@ -202,8 +202,9 @@ class PaceCore:
         self.k = 0.0
         self.measured = 0.0  # HEADs with an outcome per second, smoothed over windows
         self.served = 0.0  # HEADs the store answered per second, smoothed over windows
-        # The last window judged had no failure and its reservations waited:
-        # the demand uses all the rate, which then grows as CUBIC says, not
+        # The last window judged had no failure and its reservations waited,
+        # or a reservation was refused for the rate since: the demand uses
+        # all the rate, which then grows as CUBIC says, not
         # capped at twice what was measured (that cap keeps an idle
         # process's rate down; at a low rate it made the way back from the
         # floor one doubling per window, minutes).
@@ -320,6 +321,14 @@ class PaceCore:
             start = max(start, self.tat - self.burst_s)
         if start > not_after:
             self.stats.refused += 1
+            if rate is not None and max(now, self.hold_until) <= not_after:
+                # The rate, not a hold, refused it: the demand is above the
+                # rate, which grows as CUBIC says.  Capped at twice what was
+                # measured instead, a pace at its floor whose refused
+                # reservations measure nothing granted the next one at the
+                # floor's rate: queries of 16 HEADs owed 23 s more and the
+                # way back took 54 s where the bound says 48.
+                self.demand_above = True
             return None
         if rate is not None:
             self.tat = max(self.tat, start) + heads / rate

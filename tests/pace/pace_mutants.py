@@ -88,6 +88,17 @@ class CappedAtTwiceMeasured(PaceCore):
         return super().rate(now)
 
 
+class RefusalNotDemand(PaceCore):
+    """A reservation refused for the rate leaves the demand unknown: the rate stays capped by what was measured."""
+
+    def reserve(self, now: float, heads: int, not_after: float = math.inf) -> float | None:
+        demand_above = self.demand_above
+        start = super().reserve(now, heads, not_after)
+        if start is None:
+            self.demand_above = demand_above
+        return start
+
+
 class NoNoise(PaceCore):
     """Every decrease that does not help is undone, but nothing is learnt: random 503s keep cutting the rate."""
 
@@ -146,6 +157,7 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "decrease-from-regrown-rate": (DecreaseFromRegrownRate, "DecreaseLowers"),
     "undo-lowers": (UndoLowers, "UndoRestores"),
     "capped-at-twice-measured": (CappedAtTwiceMeasured, "RecoveryWithinBound"),
+    "refusal-not-demand": (RefusalNotDemand, "SendsRecoverWithinBound"),
     "no-noise": (NoNoise, "NoiseKeepsCapacity"),
     "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
     "load-ignored": (LoadIgnored, "FleetWithinCap"),

@@ -8,6 +8,11 @@ bounds are the ones docs/pace.md prints:
   floor is back at the store's rate within
   :func:`~kvprobe.spec.pace_model.recovery_bound_s` (about 28 s for
   2,000 HEAD/s with queries of 4 HEADs; 18 s measured).
+* ``SendsRecoverWithinBound``: the same bound on what goes out, through
+  the object engine on the virtual clock (calls with deadlines, their
+  reservations refused when the pace cannot start them in time): from a
+  pace at its floor, the HEADs sent over a second reach 90 % of what the
+  calls ask within ``recovery_bound_s`` of that rate.
 * ``NoiseKeepsCapacity``: against a store serving 2,000 HEAD/s that fails
   up to 20 % of HEADs at random, a client with HEADs always waiting sends
   at least 90 % of that rate.
@@ -27,7 +32,9 @@ bounds are the ones docs/pace.md prints:
 
 from __future__ import annotations
 
-from pace_sim import CappedStore, ServedStore, capped_run, saturating_clients, served_heads_per_s
+import math
+
+from pace_sim import CappedStore, ServedStore, VirtualLookup, capped_run, saturating_clients, served_heads_per_s
 
 from kvprobe.backends._pace_core import PaceCore
 from kvprobe.spec.pace_model import recovery_bound_s
@@ -38,6 +45,7 @@ __all__ = [
     "check_near_cap",
     "check_noise_keeps_capacity",
     "check_recovery_within_bound",
+    "check_sends_recover_within_bound",
 ]
 
 
@@ -57,6 +65,41 @@ def check_recovery_within_bound(core_class: type[PaceCore], target: float, heads
         core.answered(start + 0.005, start, heads)
         now = start
     raise AssertionError(f"RecoveryWithinBound: not back at {target} HEAD/s after {bound:.1f} s (at {rate})")
+
+
+def check_sends_recover_within_bound(core_class: type[PaceCore], chunk: int, keys: int, seed: int) -> float:
+    """Seconds until the engine, paced from the floor, sends 90 % of what it sends unpaced.
+
+    Its calls (``keys`` keys every 0.1 s, 5 s deadlines, queries of
+    ``chunk`` HEADs, a 2,000 HEAD/s store) keep coming while the pace
+    refuses them: a refusal must not leave the rate where nothing measured
+    it.  The target is what the same calls send unpaced (its agents' round
+    trips bound small queries).
+    """
+
+    def sends(pace: PaceCore | None, until: float, start: float, enough: float) -> tuple[float, float]:
+        """(when, HEADs sent over the second before): at ``until``, or once that reaches ``enough``."""
+        lookup = VirtualLookup(ServedStore(2000.0), pace, chunk=chunk, seed=seed)
+        now, sent = 0.0, 0.0
+        while now <= until and sent < enough:
+            lookup.call(now, [i % 2 == 0 for i in range(keys)])
+            now = round(now + 0.1, 6)
+            lookup.run_until(now)
+            sent = served_heads_per_s(lookup.starts, max(start, now - 1.0), now)
+        return now, sent
+
+    _, target = sends(None, 10.0, 2.0, math.inf)
+    core = core_class(0.0, start_rate=0.5)
+    bound = recovery_bound_s(
+        target, heads=chunk, floor=core.floor, c=core.c, beta=core.beta, window_max_s=core.window_max_s
+    )
+    at, sent = sends(core, bound, 0.0, 0.9 * target)
+    if sent < 0.9 * target:
+        raise AssertionError(
+            f"SendsRecoverWithinBound: {sent:.0f} HEAD/s sent, not 90 % of {target:.0f}, {bound:.1f} s after the floor"
+            f" ({core.stats.refused} reservations refused)"
+        )
+    return at
 
 
 def check_noise_keeps_capacity(core_class: type[PaceCore], loss: float, seed: int, heads: int) -> float:

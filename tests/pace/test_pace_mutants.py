@@ -4,7 +4,7 @@ The stateful machine's rules (RateBound, NoEarlyShed, HoldHonoured,
 RateFloor, DecreaseLowers, UndoRestores, LoadDecreases, UndoBelowLoad,
 SizedCut) must be *found* by Hypothesis (none
 written by hand); the whole-run properties (RecoveryWithinBound,
-NoiseKeepsCapacity, FleetWithinCap, NearCap) are searched the same way over their
+SendsRecoverWithinBound, NoiseKeepsCapacity, FleetWithinCap, NearCap) are searched the same way over their
 parameters.
 """
 
@@ -20,6 +20,7 @@ from pace_properties import (
     check_near_cap,
     check_noise_keeps_capacity,
     check_recovery_within_bound,
+    check_sends_recover_within_bound,
 )
 
 from kvprobe.backends._pace_core import PaceCore
@@ -58,6 +59,14 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
             check_recovery_within_bound(core_class, target, heads)
 
         recovery()
+    elif prop == "SendsRecoverWithinBound":
+
+        @WHOLE_RUNS
+        @given(chunk=st.sampled_from([1, 4, 16]), keys=st.integers(20, 150), seed=st.integers(0, 2**16))
+        def sends(chunk: int, keys: int, seed: int) -> None:
+            check_sends_recover_within_bound(core_class, chunk, keys, seed)
+
+        sends()
     elif prop == "NoiseKeepsCapacity":
 
         @WHOLE_RUNS
@@ -87,7 +96,7 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
 
 
 def test_every_named_mutant_is_listed() -> None:
-    assert len(MUTANTS) == 16
+    assert len(MUTANTS) == 17
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
