@@ -89,7 +89,8 @@ test: lint rgw
 # (Hypothesis campaigns, RGW storms and fleets).  Then, alone, the long
 # tests marked `quiet`: two campaigns of random 503s through a Python proxy,
 # one after the other (a TLC run beside one starves it; run side by side,
-# the 20 % campaign once shed 738 keys).  .ci/run runs the two parts apart:
+# the 20 % campaign once shed 738 keys), and the pace's way back from its
+# floor on RGW (what it sends is what the CPU lets it send).  .ci/run runs the two parts apart:
 # vLLM's tests, the deep replay and test-compiled run beside the stages and
 # end before the quiet tests.
 test-long: test-long-stages test-long-quiet
