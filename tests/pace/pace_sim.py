@@ -287,10 +287,20 @@ class OperatorRun:
 
 
 def operator_run(
-    store: Store, *, seed: int, requests: int = 8, keys: int = 250, gap_s: float = 0.0, pace: PaceCore | None = None
+    store: Store,
+    *,
+    seed: int,
+    requests: int = 8,
+    keys: int = 250,
+    gap_s: float = 0.0,
+    pace: PaceCore | None = None,
+    unpaced: bool = False,
 ) -> OperatorRun:
-    """Issue #39's run: ``requests`` calls of ``keys`` keys (half stored), ``gap_s`` apart, on a fresh pace."""
-    core = PaceCore(0.0) if pace is None else pace
+    """Issue #39's run: ``requests`` calls of ``keys`` keys (half stored), ``gap_s`` apart, on a fresh pace.
+
+    ``unpaced``: no pace at all (nothing held back, nothing shed).
+    """
+    core = None if unpaced else PaceCore(0.0) if pace is None else pace
     lookup = VirtualLookup(store, core, seed=seed)
     truths = [[(i + r) % 2 == 0 for i in range(keys)] for r in range(requests)]
     calls = [lookup.call(r * gap_s, truth) for r, truth in enumerate(truths)]
