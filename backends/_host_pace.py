@@ -304,6 +304,14 @@ def checked_pace(state: object, now: float) -> PaceCore:
         rates.append(("_top", state["_top"]))
     if state["_verify"] is not None:
         rates += [(f"_verify[{i}]", _item(state["_verify"], i, 3)) for i in range(3)]
+    chain = state["_unpaced_chain"]
+    if chain is not None:
+        rates.append(("_unpaced_chain[0]", _item(chain, 0, 4)))
+        _count("_unpaced_chain[2]", _item(chain, 2, 4))
+        for index, most in ((1, 1.0), (3, float(chain[2]))):
+            share = _number(f"_unpaced_chain[{index}]", chain[index])
+            if not 0.0 <= share <= most:
+                raise ValueError(f"_unpaced_chain[{index}] is {share!r}, out of [0, {most:g}]")
     for name, value in rates:
         _number(name, value)
         if not 0.0 <= value <= _TOP_RATE:

@@ -40,7 +40,12 @@ full; docs/pace.md says how it is verified):
   growing holdoff.  A window
   failing more than ``LOAD_SHARE`` is load: always a decrease, never undone.
   Noise learnt is forgotten when a decrease helps, or when the first window
-  after an undo fails above it (the failures rose with the rate).
+  after an undo fails above it (the failures rose with the rate).  A chain
+  begun unpaced is also undone, its share learnt, once the sends came down
+  a beta step and the windows since still fail a third of the first one's
+  share: at a store whose answers queue at its capacity the HEADs answered
+  per second do not fall with the rate, so they cannot tell its random
+  503s from load there.
 * **Retry-After** holds new reservations until then (at most ``max_hold_s``),
   but one per ``HOLD_PROBE_S`` goes out as a probe, and an answer to a
   query sent during the hold ends it.
@@ -67,6 +72,7 @@ __all__ = [
     "PaceStats",
     "check_positive",
     "fell",
+    "rose",
 ]
 
 
@@ -222,6 +228,11 @@ class PaceCore:
         # up (None: unpaced then), and whether there were any.
         self._top: float | None = None
         self._decreasing = False
+        # A chain of decreases begun unpaced on a window failing under
+        # 1 - beta: [that window's send rate, its failed share (or the next
+        # window's, if more), HEADs judged since, of which failed] (None: no
+        # such chain).
+        self._unpaced_chain: list[float] | None = None
         self._doubted = False  # the last window judged the last decrease useless
         # Failures per HEAD a decrease showed not to come from the rate (a
         # flaky gateway's share): windows failing no more are not signals.
@@ -394,6 +405,19 @@ class PaceCore:
         self.demand_above = window.binding and not window.failures
         self._window = _Window(now)
         verify, self._verify = self._verify, None
+        stayed = self._loss_stayed(window, failed, held, verify) if self._unpaced_chain is not None else None
+        if stayed is not None:
+            # The sends came down by a beta step or more and the share of
+            # HEADs failing stayed: not a store refusing what exceeds its
+            # rate (below it, that share goes), a store losing a share of
+            # whatever it is sent (a gateway's 503s, also at a store whose
+            # answers queue at its capacity, which answers as many at the
+            # lower rate: the undo below, which asks that it answer fewer,
+            # never came there, and each window failing a few percent cut
+            # again).  Back to unpaced, the share learnt as noise.
+            self._unpaced_chain = None
+            self._undo(now, stayed)
+            return
         if not window.failures:
             at, most = self._kept_up
             if served >= most or now - at > self.KEPT_UP_S:
@@ -518,13 +542,48 @@ class PaceCore:
         if failed > self.LOAD_SHARE:
             # Load, never noise: no undo goes back above the rate it set.
             self._decreasing, self._top = True, self._epoch_rate()
+            self._unpaced_chain = None
         elif not self._decreasing:
             self._decreasing, self._top = True, current
+            self._unpaced_chain = [achieved, failed, 0, 0.0] if current is None and failed < 1 - self.beta else None
         # No burst credit (the next window measures the new rate), and the
         # HEADs already granted keep their time: a later start than theirs.
         self.tat = max(self.tat, now + self.burst_s)
         self.paced = True
         self.stats.decreases += 1
+
+    def _loss_stayed(
+        self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
+    ) -> float | None:
+        # Pools the chain's windows since its first decrease; their share of
+        # failed HEADs once they hold two windows' HEADs, the rate is a beta
+        # step below the first window's sends, and that share is at least a
+        # third of the first window's (else None).
+        chain = self._unpaced_chain
+        assert chain is not None
+        if not window.failures or not self._decreasing or failed > self.LOAD_SHARE:
+            # The store kept up, or refused load: the decreases stand.
+            self._unpaced_chain = None
+            return None
+        if verify is not None and verify[1] == chain[1] and not self._unsettled:
+            # The window right after the chain's first decrease: the store may
+            # still be recovering from the rate that was cut (a drained token
+            # bucket refills at its rate): not pooled, but its share joins the
+            # first one's as what a rise is measured from (one window of a
+            # few HEADs may have failed well under the store's share).
+            chain[1] = max(chain[1], failed)
+            return None
+        chain[2] += window.heads
+        chain[3] += failed * window.heads
+        share = chain[3] / chain[2]
+        stayed = (
+            chain[2] >= 2 * self.window_heads
+            and held is not None
+            and held <= self.beta * chain[0] * (1 + 1e-9)
+            and chain[1] / 3 <= share <= 1 - self.beta
+            and not rose(chain[1], share, round(chain[2]))
+        )
+        return share if stayed else None
 
     def _sized(self) -> bool:
         # The last decrease was sized by a few failures: from then, a window
@@ -612,6 +671,16 @@ def fell(before: float, after: float, heads: int) -> bool:
     """
     expected = before * heads
     return after <= 0.5 * before and after * heads < expected - 2.0 * math.sqrt(expected)
+
+
+def rose(before: float, after: float, heads: int) -> bool:
+    """Whether a share of failed HEADs rose from ``before`` to ``after`` (over ``heads`` HEADs): doubled, beyond chance.
+
+    :func:`fell`'s mirror: by more than two standard deviations of the
+    count ``before`` would give over ``heads`` HEADs (Poisson).
+    """
+    expected = before * heads
+    return after >= 2.0 * before and after * heads > expected + 2.0 * math.sqrt(expected)
 
 
 def check_positive(name: str, value: float) -> None:

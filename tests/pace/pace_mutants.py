@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kvprobe.backends._pace_core import NOISE_MARGIN, PaceCore
+from kvprobe.backends._pace_core import NOISE_MARGIN, PaceCore, _Window
 
 __all__ = ["MUTANTS"]
 
@@ -99,6 +99,30 @@ class RefusalNotDemand(PaceCore):
         return start
 
 
+class LossStayedIgnored(PaceCore):
+    """A chain of decreases begun unpaced is never undone for a loss that stayed as the sends came down."""
+
+    def _loss_stayed(
+        self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
+    ) -> float | None:
+        self._unpaced_chain = None
+        return None
+
+
+class LoadWindowUndone(PaceCore):
+    """A window failing more than LOAD_SHARE may end a chain begun unpaced in an undo (its share pooled)."""
+
+    def _loss_stayed(
+        self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
+    ) -> float | None:
+        load_share = self.LOAD_SHARE
+        self.LOAD_SHARE = 1.0  # for the test of this chain only
+        try:
+            return super()._loss_stayed(window, failed, held, verify)
+        finally:
+            self.LOAD_SHARE = load_share
+
+
 class NoNoise(PaceCore):
     """Every decrease that does not help is undone, but nothing is learnt: random 503s keep cutting the rate."""
 
@@ -158,6 +182,8 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "undo-lowers": (UndoLowers, "UndoRestores"),
     "capped-at-twice-measured": (CappedAtTwiceMeasured, "RecoveryWithinBound"),
     "refusal-not-demand": (RefusalNotDemand, "SendsRecoverWithinBound"),
+    "loss-stayed-ignored": (LossStayedIgnored, "NoiseAtCapacity"),
+    "load-window-undone": (LoadWindowUndone, "LoadDecreases"),
     "no-noise": (NoNoise, "NoiseKeepsCapacity"),
     "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
     "load-ignored": (LoadIgnored, "FleetWithinCap"),

@@ -13,6 +13,9 @@ bounds are the ones docs/pace.md prints:
   reservations refused when the pace cannot start them in time): from a
   pace at its floor, the HEADs sent over a second reach 90 % of what the
   calls ask within ``recovery_bound_s`` of that rate.
+* ``NoiseAtCapacity``: issue 39's run against a store whose answers queue
+  beyond 600-1,000 HEAD/s, failing up to 10 % of HEADs at random, keeps
+  within 5 points of the stored keys it keeps unpaced (99 % at most asked).
 * ``NoiseKeepsCapacity``: against a store serving 2,000 HEAD/s that fails
   up to 20 % of HEADs at random, a client with HEADs always waiting sends
   at least 90 % of that rate.
@@ -34,7 +37,15 @@ from __future__ import annotations
 
 import math
 
-from pace_sim import CappedStore, ServedStore, VirtualLookup, capped_run, saturating_clients, served_heads_per_s
+from pace_sim import (
+    CappedStore,
+    ServedStore,
+    VirtualLookup,
+    capped_run,
+    operator_run,
+    saturating_clients,
+    served_heads_per_s,
+)
 
 from kvprobe.backends._pace_core import PaceCore
 from kvprobe.spec.pace_model import recovery_bound_s
@@ -43,6 +54,7 @@ __all__ = [
     "check_fair_share",
     "check_fleet_within_cap",
     "check_near_cap",
+    "check_noise_at_capacity",
     "check_noise_keeps_capacity",
     "check_recovery_within_bound",
     "check_sends_recover_within_bound",
@@ -100,6 +112,18 @@ def check_sends_recover_within_bound(core_class: type[PaceCore], chunk: int, key
             f" ({core.stats.refused} reservations refused)"
         )
     return at
+
+
+def check_noise_at_capacity(core_class: type[PaceCore], rate: float, loss: float, seed: int) -> float:
+    """Stored keys kept by issue 39's run at a store answering at most ``rate`` HEAD/s, ``loss`` failing at random."""
+    paced = operator_run(ServedStore(rate, loss), seed=seed, pace=core_class(0.0))
+    unpaced = operator_run(ServedStore(rate, loss), seed=seed, unpaced=True)
+    assert paced.absent_true == 0, "NoiseAtCapacity: an absent key answered stored"
+    assert paced.kept >= min(0.99, unpaced.kept) - 0.05, (
+        f"NoiseAtCapacity: {paced.kept:.3f} of stored keys kept paced, {unpaced.kept:.3f} unpaced"
+        f" ({rate:.0f} HEAD/s, {loss:.1%} random 503s; {paced.pace.stats if paced.pace else None})"
+    )
+    return paced.kept
 
 
 def check_noise_keeps_capacity(core_class: type[PaceCore], loss: float, seed: int, heads: int) -> float:

@@ -2,10 +2,10 @@
 
 The stateful machine's rules (RateBound, NoEarlyShed, HoldHonoured,
 RateFloor, DecreaseLowers, UndoRestores, LoadDecreases, UndoBelowLoad,
-SizedCut) must be *found* by Hypothesis (none
-written by hand); the whole-run properties (RecoveryWithinBound,
-SendsRecoverWithinBound, NoiseKeepsCapacity, FleetWithinCap, NearCap) are searched the same way over their
-parameters.
+SizedCut) must be *found* by Hypothesis (none written by hand); the
+whole-run properties (RecoveryWithinBound, SendsRecoverWithinBound,
+NoiseAtCapacity, NoiseKeepsCapacity, FleetWithinCap, NearCap) are searched
+the same way over their parameters.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pace_mutants import MUTANTS
 from pace_properties import (
     check_fleet_within_cap,
     check_near_cap,
+    check_noise_at_capacity,
     check_noise_keeps_capacity,
     check_recovery_within_bound,
     check_sends_recover_within_bound,
@@ -67,6 +68,14 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
             check_sends_recover_within_bound(core_class, chunk, keys, seed)
 
         sends()
+    elif prop == "NoiseAtCapacity":
+
+        @WHOLE_RUNS
+        @given(rate=st.floats(600.0, 1000.0), loss=st.floats(0.0, 0.10), seed=st.integers(0, 2**16))
+        def at_capacity(rate: float, loss: float, seed: int) -> None:
+            check_noise_at_capacity(core_class, rate, loss, seed)
+
+        at_capacity()
     elif prop == "NoiseKeepsCapacity":
 
         @WHOLE_RUNS
@@ -96,7 +105,7 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
 
 
 def test_every_named_mutant_is_listed() -> None:
-    assert len(MUTANTS) == 17
+    assert len(MUTANTS) == 19
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))

@@ -8,6 +8,7 @@ from pace_properties import (
     check_fair_share,
     check_fleet_within_cap,
     check_near_cap,
+    check_noise_at_capacity,
     check_noise_keeps_capacity,
     check_recovery_within_bound,
     check_sends_recover_within_bound,
@@ -43,6 +44,15 @@ def test_sends_recover_within_bound_where_they_missed_before(seed: int) -> None:
 @given(loss=st.floats(0.0, 0.20), seed=st.integers(0, 2**16), heads=st.sampled_from([1, 4]))
 def test_noise_keeps_capacity(loss: float, seed: int, heads: int) -> None:
     check_noise_keeps_capacity(PaceCore, loss, seed, heads)
+
+
+# Before a chain of decreases begun unpaced was undone when its loss stayed,
+# 26 of 300 such runs kept more than 5 points under unpaced; since, none of
+# 700 (the widest gap 3.6 points).
+@RUNS
+@given(rate=st.floats(600.0, 1000.0), loss=st.floats(0.0, 0.10), seed=st.integers(0, 2**16))
+def test_noise_at_capacity(rate: float, loss: float, seed: int) -> None:
+    check_noise_at_capacity(PaceCore, rate, loss, seed)
 
 
 # Before decreases were sized by the share that failed, 34 of 40 such runs

@@ -33,14 +33,14 @@ time.sleep(60)
 
 
 def _drive(core: PaceCore, start: float) -> float:
-    """Two windows of 1,000 HEAD/s, a quarter of the queries failed: two decreases, then regrowth."""
+    """Single-HEAD queries at 250 HEAD/s, half of them failed (load): a decrease, then regrowth."""
     t = start
-    for i in range(80):
-        t = start + 0.016 * i
-        if i % 4 == 3:
-            core.failed(t + 0.01, t, 16)
+    for i in range(320):
+        t = start + 0.004 * i
+        if i % 2:
+            core.failed(t + 0.01, t, 1)
         else:
-            core.answered(t + 0.01, t, 16)
+            core.answered(t + 0.01, t, 1)
     return t + 0.01
 
 

@@ -71,10 +71,10 @@ from kvprobe.backends._host_pace import HostPacer
 path, limit = sys.argv[1], int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))  # SIGXFSZ: ignored by Python
 pacer = HostPacer(path)
-for _ in range(3):
+for _ in range(3):  # half the HEADs failing: load, a decrease never undone
     start = time.monotonic()
-    for i in range(40):
-        (pacer.failed if i % 4 == 3 else pacer.answered)(start + i * 0.001, 16)
+    for i in range(80):
+        (pacer.failed if i % 2 else pacer.answered)(start + i * 0.001, 1)
     time.sleep(0.3)
 snap = pacer.snapshot()
 print(json.dumps({"rate": snap["rate"], "fallbacks": snap["host_fallbacks"]}))
@@ -147,6 +147,11 @@ BAD_FIELDS = [
     ("measured-negative", {"measured": -5.0}),
     ("noise-above-one", {"noise": 5.0}),
     ("verify-short", {"_verify": [1.0, 0.5]}),
+    ("unpaced-chain-short", {"_unpaced_chain": [900.0]}),
+    ("unpaced-chain-string", {"_unpaced_chain": ["fast", 0.05, 64, 3.0]}),
+    ("unpaced-chain-share-above-one", {"_unpaced_chain": [900.0, 2.0, 64, 3.0]}),
+    ("unpaced-chain-more-failed-than-sent", {"_unpaced_chain": [900.0, 0.05, 64, 65.0]}),
+    ("unpaced-chain-heads-float", {"_unpaced_chain": [900.0, 0.05, 64.5, 3.0]}),
     ("paced-int", {"paced": 1}),
     ("beta-other", {"beta": 1.5}),
     ("floor-other", {"floor": 1e-300}),
