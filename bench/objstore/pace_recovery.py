@@ -66,9 +66,9 @@ def _calls(backend: Any, seconds: float, enough: float = float("inf")) -> tuple[
 
 
 def _at_the_floor(path: Path) -> None:
-    """A host pace file holding a pace at its floor (the file's format: kvprobe.backends._host_pace)."""
+    """A host pace file holding a pace at its floor: the file's format, private to kvprobe.backends, written here."""
     from kvprobe.backends._host_pace import _boot_id
-    from kvprobe.backends._pace_core import PaceCore
+    from kvprobe.backends.obj_parts import PaceCore
 
     pace = PaceCore(time.monotonic(), start_rate=0.5).state()
     path.write_text(json.dumps({"boot": _boot_id(), "used": time.monotonic(), "pace": pace}))
@@ -95,8 +95,7 @@ def from_the_floor(creds: dict[str, Any]) -> Recovery:
     Raises:
         AssertionError: the store pushed back while unpaced (no target to come back to).
     """
-    from kvprobe.backends._host_pace import HostPacer
-    from kvprobe.backends._pace_core import PaceCore
+    from kvprobe.backends.obj_parts import HostPacer, PaceCore
     from kvprobe.spec.pace_model import recovery_bound_s
 
     with tempfile.TemporaryDirectory(prefix="kvprobe-pace-recovery-") as parent:
