@@ -14,10 +14,16 @@ backend must see it (through its own lookups) before it trusts a verdict.
 
 Then :func:`probe_store` sends one NIXL query of another random name, which
 must read absent too.  A probe that fails is sent again (a gateway answering
-a random share of requests 503 fails one probe in five at 20 %); failing
-each time, it is accepted with a logged warning if boto3's HEAD of the same
-name was throttled each time too (NIXL does not say why its query failed),
-and refused otherwise.  Throttling never skips the check that a name never
+a random share of requests 503 fails one probe in five at 20 %), each time
+beside boto3's HEAD of the same name.  NIXL does not say why its query
+failed, so boto3's answers are the measure of the store's random loss: the
+probe is refused only once that loss (estimated by the rule of succession,
+a lucky run of answers counting as no proof of none) would fail so many
+NIXL probes in a row less than once in a million start-ups.  At 20 % random
+503s four probes in a row fail once in 600 start-ups; refusing there was
+issue 39's one start-up in 20 refused.  A store throttling every one of
+boto3's HEADs, or so many that no number of probes would tell, is accepted
+with a logged warning.  Throttling never skips the check that a name never
 written reads absent: when no such name was answered at start-up, every
 lookup call asks for one more, and trusts no verdict until it reads absent
 (the call raises :class:`ObjStoreUnavailableError` meanwhile: MISS for the
@@ -45,8 +51,12 @@ __all__ = [
     "random_absent_name",
 ]
 
-#: NIXL probes of a throttling store at construction, 0.1, 0.2, 0.4 s apart.
-PROBE_ATTEMPTS, PROBE_BACKOFF_S = 4, 0.1
+#: NIXL probes at construction: at least PROBE_ATTEMPTS, at most
+#: PROBE_ATTEMPTS_MAX, 0.1, 0.2, 0.4, 0.8 s apart and then 1 s.
+PROBE_ATTEMPTS, PROBE_ATTEMPTS_MAX, PROBE_BACKOFF_S, PROBE_BACKOFF_CAP_S = 4, 16, 0.1, 1.0
+#: Refused when random loss as frequent as boto3 saw would fail that many
+#: probes in a row less often than this.
+PROBE_LUCK = 1e-6
 _log = logging.getLogger(__name__)
 
 
@@ -165,19 +175,22 @@ def probe_store(
 
     ``client``: boto3's (None without boto3: any failure refuses the store);
     ``bucket_check``: what :func:`check_bucket` found.  False means the
-    store throttled every probe and no absence was seen: the caller must
-    see one before trusting a verdict.
+    store throttled the probes and no absence was seen: the caller must see
+    one before trusting a verdict.
 
     Raises:
         ObjStoreUnavailableError: the name reads as stored (not an S3
             server), or NIXL's query kept failing while boto3's HEAD of the
-            same name was answered (or without boto3).
+            same name was answered too often for random loss to explain it
+            (or without boto3, after :data:`PROBE_ATTEMPTS`).
     """
-    throttled = bucket_check.throttled
     failure: Exception | None = None
-    answered_elsewhere = client is None  # without boto3, no failure can be told apart as throttling
+    # boto3's answers at start-up: the bucket check's two requests first.
+    throttled_heads = int(bucket_check.throttled) + int(not bucket_check.absence_seen)
+    heads = 2
+    probe_heads = probe_throttled = 0
     probe = random_absent_name(prefix)
-    for attempt in range(PROBE_ATTEMPTS):
+    for attempt in range(1, PROBE_ATTEMPTS_MAX + 1):
         try:
             answers = query([probe])
         except Exception as exc:
@@ -188,20 +201,43 @@ def probe_store(
                     f"{where}: a random object name {probe!r} reads as stored through NIXL: not an S3 server"
                 )
             return True
-        if client is not None and head_throttled(client, bucket, probe):
-            throttled = True
+        if client is None:
+            if attempt >= PROBE_ATTEMPTS:
+                break
         else:
-            answered_elsewhere = True
-        if attempt + 1 < PROBE_ATTEMPTS:
-            time.sleep(PROBE_BACKOFF_S * 2**attempt)
-    if not answered_elsewhere:
+            throttled = head_throttled(client, bucket, probe)
+            heads, throttled_heads = heads + 1, throttled_heads + throttled
+            probe_heads, probe_throttled = probe_heads + 1, probe_throttled + throttled
+            if attempt >= PROBE_ATTEMPTS:
+                if probe_throttled == probe_heads:
+                    break  # throttling every HEAD: nothing tells NIXL's failures apart
+                if _unexplained(attempt, throttled_heads, heads):
+                    break
+        if attempt < PROBE_ATTEMPTS_MAX:
+            time.sleep(min(PROBE_BACKOFF_S * 2 ** (attempt - 1), PROBE_BACKOFF_CAP_S))
+    if client is not None and not _unexplained(attempt, throttled_heads, heads):
         _log.warning(
-            "%s is throttling every HEAD: NIXL's query of it is unverified; lookups will pace to it%s",
+            "%s is throttling %s of boto3's HEADs (%d of %d): NIXL's query of it is unverified;"
+            " lookups will pace to it%s",
             where,
+            "every one" if probe_throttled == probe_heads else "too many",
+            throttled_heads,
+            heads,
             "" if bucket_check.absence_seen else ", and no verdict is trusted until a name never written reads absent",
         )
         return bucket_check.absence_seen
     raise ObjStoreUnavailableError(
-        f"{where}: NIXL cannot query it ({type(failure).__name__}: {failure})"
-        + (" (the store was throttling too)" if throttled else "")
+        f"{where}: NIXL cannot query it ({type(failure).__name__}: {failure}; {attempt} probes failed"
+        + (f", boto3's HEAD throttled {throttled_heads} of {heads})" if client is not None else ")")
     ) from failure
+
+
+def _unexplained(failures: int, throttled_heads: int, heads: int) -> bool:
+    """Whether ``failures`` NIXL probes in a row are too many for the loss boto3 saw (``throttled_heads`` of ``heads``).
+
+    The loss is estimated as ``(throttled + 1) / (heads + 2)`` (Laplace's
+    rule of succession): boto3 answering every HEAD so far is no proof that
+    the store drops none.
+    """
+    loss = (throttled_heads + 1) / (heads + 2)
+    return bool(loss**failures < PROBE_LUCK)

@@ -18,6 +18,7 @@ import pytest
 from integ_harness import requires_nixl
 from obj_fakes import serve_endpoint
 
+from kvprobe.backends._obj_check import PROBE_ATTEMPTS_MAX
 from kvprobe.backends.nixl_obj import ObjStoreUnavailableError
 
 pytestmark = requires_nixl
@@ -101,8 +102,14 @@ def test_one_random_503_on_nixls_probe_does_not_refuse_the_store(
 def test_a_nixl_probe_failing_every_time_while_boto3_is_answered_is_refused(
     endpoint: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The probe is retried a bounded number of times: NIXL failing on each while the store answers is refused."""
-    endpoint.mode, endpoint.throttle_bucket, endpoint.throttle_at = "s3", False, {1, 3, 5, 7, 9, 11}
+    """The probe is retried a bounded number of times: NIXL failing on each while the store answers is refused.
+
+    Seven probes: boto3 answering each of its HEADs puts the store's random
+    loss at 1/(n + 4) after n probes, and seven NIXL failures in a row at
+    that loss are the first less likely than one in a million.
+    """
+    endpoint.mode, endpoint.throttle_bucket = "s3", False
+    endpoint.throttle_at = set(range(1, 2 * PROBE_ATTEMPTS_MAX, 2))  # every NIXL probe
     with pytest.raises(ObjStoreUnavailableError, match="NIXL cannot query it"):
         _backend(endpoint, tmp_path, monkeypatch).close()
-    assert len(endpoint.heads) <= 9, endpoint.heads  # 4 probes, each with boto3's HEAD, after the first check
+    assert len(endpoint.heads) == 1 + 2 * 7, endpoint.heads  # 7 probes, each with boto3's HEAD, after the check's
