@@ -2,9 +2,9 @@
 
 The fault proxy (:mod:`kvprobe.testing.faultproxy`) answers a seeded fraction
 of requests with ``503 SlowDown`` (or 500, or a reset) before they reach the
-gateway.  Targets: with 5 % and 20 % throttled, >= 99 % of stored keys answer
-True through the manager (so within its ``lookup_timeout_s``) and no absent
-key answers True; with 100 % throttled every key is MISS within the deadline.
+gateway.  Targets: with 5 % and 20 % throttled (and 5 % 500s, 20 % resets),
+>= 99 % of stored keys answer True through the manager (so within its
+``lookup_timeout_s``) and no absent key answers True; with 100 % throttled every key is MISS within the deadline.
 Before the backend retried per chunk, 5 % throttling gave 0 True of 1,000.
 """
 
@@ -49,10 +49,16 @@ def _keys(n: int) -> list[bytes]:
     return [b"throttle-%06d" % i for i in range(n)]
 
 
-# Throttling at 5 % and 20 %; 500s and resets at 5 %.
+# Throttling at 5 % and 20 %; 500s at 5 %, resets at 20 %.  libcurl (inside
+# NIXL) sends a request again itself when its reused connection is reset
+# before any answer, so at 5 % few resets reach the backend (3 of 29 and 3
+# of 39 in runs here; none in one CI run, where `failed_queries > 0` failed).
+# At 20 % the resent request is reset again one time in five (45 failed
+# queries of 194 resets), so the check that the faults reached the
+# backend's retries holds.
 @pytest.mark.long
 @pytest.mark.parametrize(
-    ("kind", "fraction"), [("throttle", 0.05), ("throttle", 0.20), ("error500", 0.05), ("reset", 0.05)]
+    ("kind", "fraction"), [("throttle", 0.05), ("throttle", 0.20), ("error500", 0.05), ("reset", 0.20)]
 )
 def test_failing_requests_never_become_a_miss_storm(
     s3_server: Any, bucket: str, proxy: Any, fraction: float, kind: str
