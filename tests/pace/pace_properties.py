@@ -4,8 +4,9 @@ Each ``check_*`` function takes a pace class and the run's parameters, and
 raises ``AssertionError`` starting with the property's name.  The stated
 bounds are the ones docs/pace.md prints:
 
-* ``RecoveryWithinBound``: once every HEAD is answered, a pace at its
-  floor is back at the store's rate within
+* ``RecoveryWithinBound``: once every HEAD is answered, the rate a pace
+  at its floor allows (reservations without deadlines; what the engine
+  sends is ``SendsRecoverWithinBound``'s) is back at the store's rate within
   :func:`~kvprobe.spec.pace_model.recovery_bound_s` (about 28 s for
   2,000 HEAD/s with queries of 4 HEADs; 18 s measured).
 * ``SendsRecoverWithinBound``: the same bound on what goes out, through
