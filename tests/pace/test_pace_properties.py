@@ -46,6 +46,17 @@ def test_noise_keeps_capacity(loss: float, seed: int, heads: int) -> None:
     check_noise_keeps_capacity(PaceCore, loss, seed, heads)
 
 
+# Counterexamples found by 200 further draws (a helper's sweep, 2026-12-07):
+# at 0.4-1.3 % random 503s the first rare failures cut the pace three times,
+# none undone (a window with one or two failures cannot show that they did
+# not fall), and CUBIC takes about 18 s back: 0.79-0.85 of the store's rate
+# over seconds 5-30.  Strict, so the day they hold the test says so.
+@pytest.mark.xfail(strict=True, reason="NoiseKeepsCapacity misses at rare random 503s (docs/pace.md)")
+@pytest.mark.parametrize(("loss", "seed", "heads"), [(0.0039, 0, 4), (0.0128, 28189, 1)])
+def test_noise_keeps_capacity_where_it_misses(loss: float, seed: int, heads: int) -> None:
+    check_noise_keeps_capacity(PaceCore, loss, seed, heads)
+
+
 # Before a chain of decreases begun unpaced was undone when its loss stayed,
 # 26 of 300 such runs kept more than 5 points under unpaced; since, none of
 # 700 (the widest gap 3.6 points).
@@ -60,6 +71,14 @@ def test_noise_at_capacity(rate: float, loss: float, seed: int) -> None:
 @RUNS
 @given(demand=st.floats(1.02, 1.10), seed=st.integers(0, 2**16))
 def test_near_cap(demand: float, seed: int) -> None:
+    check_near_cap(PaceCore, demand, seed)
+
+
+# 3 of 200 further draws (the same sweep) serve 0.756-0.792 of the cap after
+# 6 or 7 decreases.  Strict, as above.
+@pytest.mark.xfail(strict=True, reason="NearCap misses in 3 of 200 drawn runs (docs/pace.md)")
+@pytest.mark.parametrize(("demand", "seed"), [(1.049472443332768, 5302), (1.0391066547630412, 64646)])
+def test_near_cap_where_it_misses(demand: float, seed: int) -> None:
     check_near_cap(PaceCore, demand, seed)
 
 
