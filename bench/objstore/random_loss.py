@@ -7,10 +7,13 @@ of requests ``503 SlowDown`` whatever the rate (loss that is not load).
 Each run looks up 1,000 stored and 1,000 absent keys in 8 requests of 250
 (stored and absent mixed), all flushed at once.  Runs come in two kinds:
 each with a fresh host pace (its own ``KVPROBE_PACE_DIR``), or all sharing
-one pace file, as the engines of one host do.  Per setting the table gives
-the % of stored keys answered True (min and median over the runs), the
-absent keys answered True (must be 0) and the keys left unanswered at the
-manager's timeout (must be 0).  The target: >= 99 % True in every run.
+one pace file, as the engines of one host do; ``--pace paired`` follows
+each fresh run with one unpaced (the pace's decreases disabled) on the same
+proxy seed, so that a busy machine's load meets both alike.  Per setting
+the table gives the % of stored keys answered True (min and median over
+the runs), the absent keys answered True (must be 0) and the keys left
+unanswered at the manager's timeout (must be 0).  The target: >= 99 % True
+in every run.
 """
 
 from __future__ import annotations
@@ -126,11 +129,32 @@ def _since(event: dict[str, Any], began: float) -> bool:
     return isinstance(at, float) and at >= began and isinstance(event.get("rate_after"), float)
 
 
-def campaign(loss: float, runs: int, shared: bool, proxy: Any, creds: dict[str, Any]) -> list[Run]:
-    """``runs`` runs at ``loss`` random 503s, each with a fresh host pace or (``shared``) all with one."""
+@contextmanager
+def never_paced() -> Iterator[None]:
+    """The pace never decreases while inside, so it never paces: the runs to compare a paced run with."""
+    from kvprobe.backends.obj_parts import PaceCore
+
+    decrease = PaceCore._decrease
+    PaceCore._decrease = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        PaceCore._decrease = decrease  # type: ignore[method-assign]
+
+
+def campaign(
+    loss: float, runs: int, shared: bool, proxy: Any, creds: dict[str, Any], *, paired: bool = False
+) -> dict[str, list[Run]]:
+    """``runs`` runs at ``loss`` random 503s, each with a fresh host pace or (``shared``) all with one.
+
+    ``paired``: each fresh run is followed by one unpaced (:func:`never_paced`)
+    on the same proxy seed, so that both meet the machine's load alike.
+    Returns the runs under the host pace's setting as the table names it.
+    """
     import os
 
     out: list[Run] = []
+    unpaced: list[Run] = []
     # Removed at the end, whatever is in them: a closing backend's pace may still write its file.
     parent = tempfile.mkdtemp(prefix="kvprobe-random-loss-")
     try:
@@ -138,16 +162,21 @@ def campaign(loss: float, runs: int, shared: bool, proxy: Any, creds: dict[str, 
             proxy.configure(throttle=loss, seed=1000 * int(loss * 100) + i)
             os.environ["KVPROBE_PACE_DIR"] = parent if shared else tempfile.mkdtemp(dir=parent)
             out.append(one_run(creds, seed=i))
+            if paired:
+                proxy.configure(throttle=loss, seed=1000 * int(loss * 100) + i)
+                os.environ["KVPROBE_PACE_DIR"] = tempfile.mkdtemp(dir=parent)
+                with never_paced():
+                    unpaced.append(one_run(creds, seed=i))
     finally:
         shutil.rmtree(parent, ignore_errors=True)
-    return out
+    return {"one shared" if shared else "fresh each run": out} | ({"none (unpaced)": unpaced} if paired else {})
 
 
-def row(loss: float, shared: bool, runs: list[Run]) -> str:
+def row(loss: float, pace: str, runs: list[Run]) -> str:
     """One table row: the share of stored keys answered True (min, median), absent True, unanswered."""
     true = [100.0 * r["stored_true"] / len(STORED) for r in runs]
     return (
-        f"| {loss:.0%} | {'one shared' if shared else 'fresh each run'} | {len(runs)} | {min(true):.1f} | "
+        f"| {loss:.0%} | {pace} | {len(runs)} | {min(true):.1f} | "
         f"{statistics.median(true):.1f} | {sum(r['absent_true'] for r in runs)} | "
         f"{sum(r['unanswered'] for r in runs)} | {sum(r['shed'] or 0 for r in runs)} | "
         f"{sum(r.get('manager_timeouts', 0) for r in runs)} | {sum(r['refused_start'] for r in runs)} |"
@@ -159,7 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="runs per setting (default 20)")
     parser.add_argument("--loss", type=float, nargs="+", default=[0.05, 0.20], help="shares of requests answered 503")
     parser.add_argument(
-        "--pace", choices=("fresh", "shared", "both"), default="both", help="host pace per run, one shared, or both"
+        "--pace",
+        choices=("fresh", "shared", "both", "paired"),
+        default="both",
+        help="host pace per run, one shared, both, or paired: each fresh run then one unpaced on the same seed",
     )
     parser.add_argument("--verbose", action="store_true", help="print each run's counts")
     args = parser.parse_args(argv)
@@ -174,12 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     with store_under_loss() as (proxy, creds):
         for loss in args.loss:
-            for shared in {"fresh": (False,), "shared": (True,), "both": (False, True)}[args.pace]:
-                runs = campaign(loss, args.runs, shared, proxy, creds)
+            settings: dict[str, list[Run]] = {}
+            for shared in {"shared": (True,), "both": (False, True)}.get(args.pace, (False,)):
+                settings |= campaign(loss, args.runs, shared, proxy, creds, paired=args.pace == "paired")
+            for pace, runs in settings.items():
                 if args.verbose:
                     for r in runs:
                         print(r, file=sys.stderr)
-                print(row(loss, shared, runs), flush=True)
+                print(row(loss, pace, runs), flush=True)
     print(f"load after {load_average()}, {time.monotonic() - started:.0f} s")
     return 0
 

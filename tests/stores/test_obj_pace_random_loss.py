@@ -41,7 +41,7 @@ def _check_counts(run: Run) -> None:
 def test_random_503s_cost_no_verdict() -> None:
     skip_or_fail(rgw_missing())
     with store_under_loss() as (proxy, creds):
-        runs = campaign(0.05, 3, False, proxy, creds)
+        runs = campaign(0.05, 3, False, proxy, creds)["fresh each run"]
     for run in runs:
         _check_counts(run)
         assert run["stored_true"] >= 0.99 * len(STORED), f"{run}"
@@ -50,6 +50,6 @@ def test_random_503s_cost_no_verdict() -> None:
 def test_one_shared_pace_at_20_percent_sheds_nothing_and_loses_no_key_silently() -> None:
     skip_or_fail(rgw_missing())
     with store_under_loss() as (proxy, creds):
-        runs = campaign(0.20, 3, True, proxy, creds)
+        runs = campaign(0.20, 3, True, proxy, creds)["one shared"]
     for run in runs:
         _check_counts(run)
