@@ -185,10 +185,10 @@ def probe_store(
             (or without boto3, after :data:`PROBE_ATTEMPTS`).
     """
     failure: Exception | None = None
-    # boto3's answers at start-up: the bucket check's two requests first.
-    throttled_heads = int(bucket_check.throttled) + int(not bucket_check.absence_seen)
-    heads = 2
-    probe_heads = probe_throttled = 0
+    # boto3's HEADs at start-up: the bucket check's two, then one beside each
+    # failed probe (so ``2 + attempt`` of them), ``throttled`` of them 503.
+    check_throttled = int(bucket_check.throttled) + int(not bucket_check.absence_seen)
+    probe_throttled = 0
     probe = random_absent_name(prefix)
     for attempt in range(1, PROBE_ATTEMPTS_MAX + 1):
         try:
@@ -205,30 +205,29 @@ def probe_store(
             if attempt >= PROBE_ATTEMPTS:
                 break
         else:
-            throttled = head_throttled(client, bucket, probe)
-            heads, throttled_heads = heads + 1, throttled_heads + throttled
-            probe_heads, probe_throttled = probe_heads + 1, probe_throttled + throttled
+            probe_throttled += head_throttled(client, bucket, probe)
             if attempt >= PROBE_ATTEMPTS:
-                if probe_throttled == probe_heads:
+                if probe_throttled == attempt:
                     break  # throttling every HEAD: nothing tells NIXL's failures apart
-                if _unexplained(attempt, throttled_heads, heads):
+                if _unexplained(attempt, check_throttled + probe_throttled, 2 + attempt):
                     break
         if attempt < PROBE_ATTEMPTS_MAX:
             time.sleep(min(PROBE_BACKOFF_S * 2 ** (attempt - 1), PROBE_BACKOFF_CAP_S))
-    if client is not None and not _unexplained(attempt, throttled_heads, heads):
+    throttled, heads = check_throttled + probe_throttled, 2 + attempt
+    if client is not None and not _unexplained(attempt, throttled, heads):
         _log.warning(
             "%s is throttling %s of boto3's HEADs (%d of %d): NIXL's query of it is unverified;"
             " lookups will pace to it%s",
             where,
-            "every one" if probe_throttled == probe_heads else "too many",
-            throttled_heads,
+            "every one" if probe_throttled == attempt else "too many",
+            throttled,
             heads,
             "" if bucket_check.absence_seen else ", and no verdict is trusted until a name never written reads absent",
         )
         return bucket_check.absence_seen
     raise ObjStoreUnavailableError(
         f"{where}: NIXL cannot query it ({type(failure).__name__}: {failure}; {attempt} probes failed"
-        + (f", boto3's HEAD throttled {throttled_heads} of {heads})" if client is not None else ")")
+        + (f", boto3's HEAD throttled {throttled} of {heads})" if client is not None else ")")
     ) from failure
 
 

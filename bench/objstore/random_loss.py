@@ -159,11 +159,12 @@ def campaign(
     parent = tempfile.mkdtemp(prefix="kvprobe-random-loss-")
     try:
         for i in range(runs):
-            proxy.configure(throttle=loss, seed=1000 * int(loss * 100) + i)
+            seed = 1000 * int(loss * 100) + i
+            proxy.configure(throttle=loss, seed=seed)
             os.environ["KVPROBE_PACE_DIR"] = parent if shared else tempfile.mkdtemp(dir=parent)
             out.append(one_run(creds, seed=i))
             if paired:
-                proxy.configure(throttle=loss, seed=1000 * int(loss * 100) + i)
+                proxy.configure(throttle=loss, seed=seed)
                 os.environ["KVPROBE_PACE_DIR"] = tempfile.mkdtemp(dir=parent)
                 with never_paced():
                     unpaced.append(one_run(creds, seed=i))

@@ -39,7 +39,7 @@ def _slow_down() -> ClientError:
 
 
 class Gateway:
-    """NIXL's query and boto3's client of one store: each request answered in turn from ``failing`` (True: a 503)."""
+    """NIXL's query and boto3's client of one store: request n fails if ``nixl_fails(n)`` or ``boto_throttled(n)``."""
 
     def __init__(self, nixl_fails: Any, boto_throttled: Any) -> None:
         self.nixl_fails, self.boto_throttled = nixl_fails, boto_throttled

@@ -4,7 +4,8 @@ The fault proxy (:mod:`kvprobe.testing.faultproxy`) answers a seeded fraction
 of requests with ``503 SlowDown`` (or 500, or a reset) before they reach the
 gateway.  Targets: with 5 % and 20 % throttled (and 5 % 500s, 20 % resets),
 >= 99 % of stored keys answer True through the manager (so within its
-``lookup_timeout_s``) and no absent key answers True; with 100 % throttled every key is MISS within the deadline.
+``lookup_timeout_s``) and no absent key answers True; with 100 % throttled
+every key is MISS within the deadline.
 Before the backend retried per chunk, 5 % throttling gave 0 True of 1,000.
 """
 
