@@ -276,9 +276,9 @@ def checked_pace(state: object, now: float) -> PaceCore:
         _kind(name, state[name], bool)
     for name in ("_holdoff", "_holdoff_left", "_unsettled"):
         _count(name, state[name])
-    _number("noise", state["noise"])
-    if not 0.0 <= state["noise"] <= 1.0:
-        raise ValueError(f"noise is {state['noise']!r}, out of [0, 1]")
+    for name in ("noise", "_noise_learnt"):
+        if not 0.0 <= _number(name, state[name]) <= 1.0:
+            raise ValueError(f"{name} is {state[name]!r}, out of [0, 1]")
     for name, value in state["stats"].items():
         _count(f"stats.{name}", value)
     window = state["_window"]
@@ -304,14 +304,15 @@ def checked_pace(state: object, now: float) -> PaceCore:
         rates.append(("_top", state["_top"]))
     if state["_verify"] is not None:
         rates += [(f"_verify[{i}]", _item(state["_verify"], i, 3)) for i in range(3)]
-    chain = state["_unpaced_chain"]
+    chain = state["_demand_chain"]
     if chain is not None:
-        rates.append(("_unpaced_chain[0]", _item(chain, 0, 4)))
-        _count("_unpaced_chain[2]", _item(chain, 2, 4))
+        rates.append(("_demand_chain[0]", _item(chain, 0, 5)))
+        _count("_demand_chain[2]", _item(chain, 2, 5))
+        _count("_demand_chain[4]", _item(chain, 4, 5))
         for index, most in ((1, 1.0), (3, float(chain[2]))):
-            share = _number(f"_unpaced_chain[{index}]", chain[index])
+            share = _number(f"_demand_chain[{index}]", chain[index])
             if not 0.0 <= share <= most:
-                raise ValueError(f"_unpaced_chain[{index}] is {share!r}, out of [0, {most:g}]")
+                raise ValueError(f"_demand_chain[{index}] is {share!r}, out of [0, {most:g}]")
     for name, value in rates:
         _number(name, value)
         if not 0.0 <= value <= _TOP_RATE:

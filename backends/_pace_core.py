@@ -22,10 +22,11 @@ full; docs/pace.md says how it is verified):
 * **CUBIC** (botocore's constants ``c = 0.4``, ``beta = 0.7``, floor 0.5):
   a window with failures sets ``w_max`` from the rate achieved (capped by
   what the store served, so one decrease lands near its capacity) and the
-  rate to ``beta * w_max``, or, when the rate bound the window's sends and
-  a share ``f`` under ``1 - beta`` failed, to ``(1 - f) * w_max`` (a store
-  just over its cap is cut by what it refused, not by 30 %; windows failing
-  up to ``NOISE_MARGIN`` after such a cut are no signal); the rate then
+  rate to ``beta * w_max``, or, when the rate (or, unpaced, the demand)
+  bound the window's sends and a share ``f`` under ``1 - beta`` failed, to
+  ``(1 - f) * w_max`` (a store just over its cap is cut by what it
+  refused, not by 30 %, and one failed query of many is not a 30 % cut;
+  windows failing up to ``NOISE_MARGIN`` after such a cut are no signal); the rate then
   follows ``w_max + c * (t - K)**3``, or the line from the rate the cut set
   plus ``FAIR_INCREASE * t`` where higher (the same HEAD/s per second for every pace: paces
   sharing a bucket converge towards equal shares).  Its growth depends on
@@ -39,13 +40,19 @@ full; docs/pace.md says how it is verified):
   at most ``LOAD_SHARE``, are not signals), and later decreases wait a
   growing holdoff.  A window
   failing more than ``LOAD_SHARE`` is load: always a decrease, never undone.
-  Noise learnt is forgotten when a decrease helps, or when the first window
-  after an undo fails above it (the failures rose with the rate).  A chain
-  begun unpaced is also undone, its share learnt, once the sends came down
-  a beta step and the windows since still fail a third of the first one's
-  share: at a store whose answers queue at its capacity the HEADs answered
-  per second do not fall with the rate, so they cannot tell its random
-  503s from load there.
+  Noise learnt follows the windows failing under its limit, never above
+  the share the undo learnt; it is forgotten when a decrease helps, or
+  when the first window after an undo fails above it (the failures rose
+  with the rate).  A chain begun where the demand, not the rate, set the
+  sends (unpaced, or paced above them) holds its rate while the windows
+  since its first decrease are pooled (those without a failure too):
+  undone, the pooled share learnt, once two windows fail at least a third
+  of the first one's share (or of the noise, if less); its decreases
+  stand once the pooled share fell beyond chance, or after
+  ``CHAIN_WINDOWS`` undecided.  At a store whose answers queue at its
+  capacity the HEADs answered per second do not fall with the rate, so
+  they cannot tell its random 503s from load; one window without a
+  failure cannot either when failures are rare.
 * **Retry-After** holds new reservations until then (at most ``max_hold_s``),
   but one per ``HOLD_PROBE_S`` goes out as a probe, and an answer to a
   query sent during the hold ends it.
@@ -64,6 +71,7 @@ from typing import Any
 from kvprobe.spec.option_values import as_float
 
 __all__ = [
+    "CHAIN_WINDOWS",
     "FAIR_INCREASE",
     "HOLD_PROBE_S",
     "NOISE_MARGIN",
@@ -72,7 +80,6 @@ __all__ = [
     "PaceStats",
     "check_positive",
     "fell",
-    "rose",
 ]
 
 
@@ -228,15 +235,17 @@ class PaceCore:
         # up (None: unpaced then), and whether there were any.
         self._top: float | None = None
         self._decreasing = False
-        # A chain of decreases begun unpaced on a window failing under
-        # 1 - beta: [that window's send rate, its failed share (or the next
-        # window's, if more), HEADs judged since, of which failed] (None: no
-        # such chain).
-        self._unpaced_chain: list[float] | None = None
+        # A chain of decreases begun where the demand set the sends (unpaced,
+        # or the rate above them) on a window failing under 1 - beta: [the
+        # rate its first decrease set, that window's failed share (or the
+        # next window's, if more), HEADs pooled since, of which failed,
+        # windows pooled] (None: no such chain).
+        self._demand_chain: list[float] | None = None
         self._doubted = False  # the last window judged the last decrease useless
         # Failures per HEAD a decrease showed not to come from the rate (a
         # flaky gateway's share): windows failing no more are not signals.
         self.noise = 0.0
+        self._noise_learnt = 0.0  # the share the last undo learnt: the most the windows since may lift noise to
         self._holdoff = 1  # windows the next undone decrease makes later ones wait
         self._holdoff_left = 0
         self._undo_unchecked = False  # an undo whose first window back has not been judged yet
@@ -288,9 +297,10 @@ class PaceCore:
         """HEADs per second allowed at ``now``, or None while unpaced."""
         if not self.paced:
             return None
-        if self._verify is not None:
+        if self._verify is not None or self._demand_chain is not None:
             # Held while the window after a decrease checks it (a small
-            # w_max would otherwise regrow within that window).
+            # w_max would otherwise regrow within that window), and while
+            # the windows pooled since a chain's first decrease decide it.
             return max(self.floor, self._epoch_rate())
         cubic = self._growth(now)
         last_at, last_heads = self._last_reserved
@@ -405,7 +415,10 @@ class PaceCore:
         self.demand_above = window.binding and not window.failures
         self._window = _Window(now)
         verify, self._verify = self._verify, None
-        stayed = self._loss_stayed(window, failed, held, verify) if self._unpaced_chain is not None else None
+        chain_open = self._demand_chain is not None
+        stayed = self._loss_stayed(window, failed, held, verify) if chain_open else None
+        if chain_open and self._demand_chain is None and stayed is None:
+            self.t_decrease = now  # the chain's decreases stand: its rate was held, CUBIC regrows from here
         if stayed is not None:
             # The sends came down by a beta step or more and the share of
             # HEADs failing stayed: not a store refusing what exceeds its
@@ -415,14 +428,18 @@ class PaceCore:
             # lower rate: the undo below, which asks that it answer fewer,
             # never came there, and each window failing a few percent cut
             # again).  Back to unpaced, the share learnt as noise.
-            self._unpaced_chain = None
+            self._demand_chain = None
             self._undo(now, stayed)
             return
         if not window.failures:
             at, most = self._kept_up
             if served >= most or now - at > self.KEPT_UP_S:
                 self._kept_up = (now, served)
-            self._decreasing = False  # the store is keeping up: the decreases so far stand
+            if self._demand_chain is None:
+                # The store is keeping up: the decreases so far stand (a
+                # chain decides that from its pooled windows: where failures
+                # are rare, one window without any says nothing).
+                self._decreasing = False
             self._holdoff = 1
         elif verify is not None and self._decreasing and not fell(verify[1], failed, window.heads):
             # The failures per HEAD did not fall at the lower rate.  Either
@@ -471,7 +488,7 @@ class PaceCore:
         noise = self.noise
         if verify is not None:
             self.t_decrease = now  # kept: CUBIC's regrowth starts from here
-            if not window.failures or fell(verify[1], failed, window.heads):
+            if self._helped(verify[1], failed, window.heads):
                 # The decrease helped: these failures came from the rate,
                 # so no noise learnt before them holds them back any more.
                 noise = self.noise = 0.0
@@ -480,8 +497,11 @@ class PaceCore:
             # no more than that is the store as it is, not a congestion
             # signal.  Forgotten as windows fail less (never raised here: a
             # store at its capacity failing just under the limit must not
-            # lift it).
-            self.noise = min(noise, 0.9 * noise + 0.1 * failed)
+            # lift it above what the undo learnt, where the rate was lower;
+            # only ever lowered, it fell to the quietest windows' share, and
+            # the next window of the noise's own spread above twice that cut
+            # the rate).
+            self.noise = min(self._noise_learnt, 0.9 * noise + 0.1 * failed) if noise else 0.0
         if self._undo_unchecked:
             # The first window back at the rate an undo restored: loss that is
             # not load fails as much there as at the lower rate; more is the
@@ -526,15 +546,20 @@ class PaceCore:
             # demand for CUBIC's K seconds (on Ceph RGW: a host's pace from
             # 378 to ~130 HEAD/s, long walks waiting out their deadlines).
             # The few failures say only that the rate, and the bursts it
-            # allows, are too high: one step down.
+            # allows, are too high: one step down (from unpaced, sized by
+            # what failed, as below).
             base = max(self.floor, step_from)
-            cut = self.beta
+            cut = self.beta if current is not None else max(self.beta, 1.0 - failed)
         else:
             base = achieved if current is None else min(current, achieved)
             # Never down to less than beta times what we sent, but never above
             # what the store served either: far over its capacity one decrease
-            # lands near it instead of one per window.
-            cut = self.beta if current is None else max(self.beta, 1.0 - failed)
+            # lands near it instead of one per window.  From unpaced too:
+            # cut by beta on one failed query of 30, a pace whose client
+            # bounds its sends at a store failing 1-5 % of queries at random
+            # sent 0.4-0.85 of its unpaced rate on the virtual clock (each
+            # cut held, none undone).
+            cut = max(self.beta, 1.0 - failed)
             base = max(self.floor, min(base, served / cut))
         self._verify = (served, failed, achieved)
         self._unsettled = 0
@@ -542,10 +567,14 @@ class PaceCore:
         if failed > self.LOAD_SHARE:
             # Load, never noise: no undo goes back above the rate it set.
             self._decreasing, self._top = True, self._epoch_rate()
-            self._unpaced_chain = None
+            self._demand_chain = None
         elif not self._decreasing:
             self._decreasing, self._top = True, current
-            self._unpaced_chain = [achieved, failed, 0, 0.0] if current is None and failed < 1 - self.beta else None
+            # The demand, not the rate, set the sends (unpaced, or a rate
+            # above what the client sent): what a cut tests is whether the
+            # failures come from the rate at all.
+            open_chain = (current is None or not binding) and failed < 1 - self.beta
+            self._demand_chain = [self._epoch_rate(), failed, 0, 0.0, 0] if open_chain else None
         # No burst credit (the next window measures the new rate), and the
         # HEADs already granted keep their time: a later start than theirs.
         self.tat = max(self.tat, now + self.burst_s)
@@ -556,14 +585,19 @@ class PaceCore:
         self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
     ) -> float | None:
         # Pools the chain's windows since its first decrease; their share of
-        # failed HEADs once they hold two windows' HEADs, the rate is a beta
-        # step below the first window's sends, and that share is at least a
-        # third of the first window's (else None).
-        chain = self._unpaced_chain
+        # failed HEADs once they hold two windows (and two windows' HEADs),
+        # the rate is no higher than the chain's first decrease set, and
+        # that share is at least a third of the first window's or of the
+        # noise, the lower (else None; the chain ends, its decreases
+        # standing, once the pooled share fell beyond chance or after
+        # CHAIN_WINDOWS windows).
+        chain = self._demand_chain
         assert chain is not None
-        if not window.failures or not self._decreasing or failed > self.LOAD_SHARE:
-            # The store kept up, or refused load: the decreases stand.
-            self._unpaced_chain = None
+        if not self._decreasing or failed > self.LOAD_SHARE:
+            # Refused load: the decreases stand.  (A window without a
+            # failure is pooled: at a share of 1 %, 64 HEADs hold none half
+            # the time.)
+            self._demand_chain = None
             return None
         if verify is not None and verify[1] == chain[1] and not self._unsettled:
             # The window right after the chain's first decrease: the store may
@@ -575,15 +609,32 @@ class PaceCore:
             return None
         chain[2] += window.heads
         chain[3] += failed * window.heads
+        chain[4] += 1
         share = chain[3] / chain[2]
         stayed = (
-            chain[2] >= 2 * self.window_heads
+            chain[4] >= 2
+            and chain[2] >= 2 * self.window_heads
             and held is not None
-            and held <= self.beta * chain[0] * (1 + 1e-9)
-            and chain[1] / 3 <= share <= 1 - self.beta
-            and not rose(chain[1], share, round(chain[2]))
+            and held <= chain[0] * (1 + 1e-9)
+            # A chain begun on a window over the noise limit: its first
+            # share is the noise's tail, the pool's is the noise itself.
+            and min(chain[1], self.noise or chain[1]) / 3 <= share <= 1 - self.beta
         )
-        return share if stayed else None
+        if stayed:
+            return share
+        if (chain[4] >= 2 and fell(chain[1], share, round(chain[2]))) or chain[4] >= CHAIN_WINDOWS:
+            # The failures fell with the rate (load), or the windows cannot tell: the decreases stand.
+            self._demand_chain = None
+            self._decreasing = False
+        return None
+
+    def _helped(self, before: float, after: float, heads: int) -> bool:
+        # Whether the window after a decrease showed it helped: its failures
+        # fell beyond chance.  Not for a chain: its first window failed
+        # above the noise limit, the tail of the noise's spread, and one
+        # window under that is the noise again; the chain judges from its
+        # pooled windows.
+        return self._demand_chain is None and fell(before, after, heads)
 
     def _sized(self) -> bool:
         # The last decrease was sized by a few failures: from then, a window
@@ -609,7 +660,7 @@ class PaceCore:
         # overestimated from queries of a few HEADs), and the holdoff,
         # not the noise, spaces the next ones.
         if failed <= 1 - self.beta:
-            self.noise = max(self.noise, failed)
+            self.noise = self._noise_learnt = max(self.noise, failed)
         if self._top is None:
             self.paced = False
         else:
@@ -654,6 +705,10 @@ FAIR_INCREASE = 10.0
 # before it is judged as if they had.
 UNTESTED_WINDOWS = 3
 
+# Windows a chain begun where the demand set the sends pools at most, its rate held: undecided
+# then (failures too rare to tell a fall), its decreases stand.
+CHAIN_WINDOWS = 8
+
 # Above twice the noise, this much more of the HEADs failing is a signal:
 # a window of 64 HEADs measures a 5 % share within about +-3 %.
 NOISE_MARGIN = 0.05
@@ -671,16 +726,6 @@ def fell(before: float, after: float, heads: int) -> bool:
     """
     expected = before * heads
     return after <= 0.5 * before and after * heads < expected - 2.0 * math.sqrt(expected)
-
-
-def rose(before: float, after: float, heads: int) -> bool:
-    """Whether a share of failed HEADs rose from ``before`` to ``after`` (over ``heads`` HEADs): doubled, beyond chance.
-
-    :func:`fell`'s mirror: by more than two standard deviations of the
-    count ``before`` would give over ``heads`` HEADs (Poisson).
-    """
-    expected = before * heads
-    return after >= 2.0 * before and after * heads > expected + 2.0 * math.sqrt(expected)
 
 
 def check_positive(name: str, value: float) -> None:

@@ -100,17 +100,17 @@ class RefusalNotDemand(PaceCore):
 
 
 class LossStayedIgnored(PaceCore):
-    """A chain of decreases begun unpaced is never undone for a loss that stayed as the sends came down."""
+    """A chain of decreases begun where the demand set the sends is never undone for a loss that stayed."""
 
     def _loss_stayed(
         self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
     ) -> float | None:
-        self._unpaced_chain = None
+        self._demand_chain = None
         return None
 
 
 class LoadWindowUndone(PaceCore):
-    """A window failing more than LOAD_SHARE may end a chain begun unpaced in an undo (its share pooled)."""
+    """A window failing more than LOAD_SHARE may end a chain in an undo (its share pooled)."""
 
     def _loss_stayed(
         self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
@@ -171,6 +171,25 @@ class CutByBeta(PaceCore):
         super()._set_epoch(w_max, now)
 
 
+class UnpacedCutByBeta(PaceCore):
+    """A decrease from unpaced cuts the rate by ``1 - beta`` whatever share failed (one failed query of 30 too)."""
+
+    def _decrease(
+        self, now: float, served: float, failed: float, achieved: float, current: float | None, binding: bool = False
+    ) -> None:
+        super()._decrease(now, served, failed, achieved, current, binding)
+        if current is None:
+            self._set_epoch(self.w_max, now)  # beta's cut from the same w_max
+
+
+class NoiseOnlyFalls(PaceCore):
+    """Noise learnt is only ever lowered by the windows since (it sinks to the quietest windows' share)."""
+
+    def _maybe_judge(self, now: float) -> None:
+        self._noise_learnt = self.noise
+        super()._maybe_judge(now)
+
+
 MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "reserve-ignores-rate": (ReserveIgnoresRate, "RateBound"),
     "decrease-forgets-grants": (DecreaseForgetsGrants, "RateBound"),
@@ -182,13 +201,16 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "undo-lowers": (UndoLowers, "UndoRestores"),
     "capped-at-twice-measured": (CappedAtTwiceMeasured, "RecoveryWithinBound"),
     "refusal-not-demand": (RefusalNotDemand, "SendsRecoverWithinBound"),
-    "loss-stayed-ignored": (LossStayedIgnored, "NoiseAtCapacity"),
+    "loss-stayed-ignored": (LossStayedIgnored, "NoiseKeepsDemand"),
     "load-window-undone": (LoadWindowUndone, "LoadDecreases"),
     "no-noise": (NoNoise, "NoiseKeepsCapacity"),
     "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
+    "never-undo-at-capacity": (NeverUndo, "NoiseAtCapacity"),
     "load-ignored": (LoadIgnored, "FleetWithinCap"),
     "noise-hides-load": (NoiseHidesLoad, "LoadDecreases"),
     "load-undone": (LoadUndone, "UndoBelowLoad"),
     "cut-by-beta": (CutByBeta, "SizedCut"),
     "cut-by-beta-near-cap": (CutByBeta, "NearCap"),
+    "unpaced-cut-by-beta": (UnpacedCutByBeta, "NoiseKeepsDemand"),
+    "noise-only-falls": (NoiseOnlyFalls, "NoiseKeepsDemand"),
 }

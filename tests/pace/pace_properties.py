@@ -20,6 +20,11 @@ bounds are the ones docs/pace.md prints:
 * ``NoiseKeepsCapacity``: against a store serving 2,000 HEAD/s that fails
   up to 20 % of HEADs at random, a client with HEADs always waiting sends
   at least 90 % of that rate.
+* ``NoiseKeepsDemand``: a client whose own concurrency, not the store,
+  bounds its sends (``in_flight`` queries of ``heads`` HEADs, each
+  answered after about ``rtt_s``), against a store that fails up to 20 %
+  of HEADs at random whatever it is sent, sends at least 90 % of what the
+  same client sends unpaced.
 * ``FairShare``: N paces with HEADs always waiting, sharing one bucket
   capped at ``cap`` HEAD/s, each send within ``[0.5, 2]`` times
   ``cap / N`` over the second half of 40 s, and together within
@@ -57,6 +62,7 @@ __all__ = [
     "check_near_cap",
     "check_noise_at_capacity",
     "check_noise_keeps_capacity",
+    "check_noise_keeps_demand",
     "check_recovery_within_bound",
     "check_sends_recover_within_bound",
 ]
@@ -132,6 +138,32 @@ def check_noise_keeps_capacity(core_class: type[PaceCore], loss: float, seed: in
     sends = saturating_clients([core_class(0.0)], ServedStore(2000.0, loss), seconds=30.0, seed=seed, heads=heads)
     share = served_heads_per_s(sends[0], 5.0, 30.0) / 2000.0
     assert share >= 0.9, f"NoiseKeepsCapacity: {share:.3f} of the store's rate under {loss:.0%} random 503s"
+    return share
+
+
+class _Unpaced(PaceCore):
+    """A pace that never decreases: every reservation starts at once (the client's own bound)."""
+
+    def _decrease(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def check_noise_keeps_demand(
+    core_class: type[PaceCore], loss: float, seed: int, heads: int, in_flight: int, rtt_s: float
+) -> float:
+    """What a client bound by its concurrency sends paced, per what it sends unpaced, under ``loss`` random 503s."""
+
+    def sent(pace: PaceCore) -> float:
+        store = ServedStore(1e6, loss, rtt_s=rtt_s)  # no limit of its own: the client's in_flight bounds the rate
+        sends = saturating_clients([pace], store, seconds=30.0, seed=seed, heads=heads, in_flight=in_flight)
+        return served_heads_per_s(sends[0], 5.0, 30.0)
+
+    paced = core_class(0.0)
+    share = sent(paced) / sent(_Unpaced(0.0))
+    assert share >= 0.9, (
+        f"NoiseKeepsDemand: {share:.3f} of the unpaced sends under {loss:.1%} random 503s"
+        f" ({in_flight} queries of {heads} in flight, {rtt_s * 1000:.0f} ms; {paced.stats})"
+    )
     return share
 
 

@@ -4,7 +4,8 @@ The stateful machine's rules (RateBound, NoEarlyShed, HoldHonoured,
 RateFloor, DecreaseLowers, UndoRestores, LoadDecreases, UndoBelowLoad,
 SizedCut) must be *found* by Hypothesis (none written by hand); the
 whole-run properties (RecoveryWithinBound, SendsRecoverWithinBound,
-NoiseAtCapacity, NoiseKeepsCapacity, FleetWithinCap, NearCap) are searched
+NoiseAtCapacity, NoiseKeepsCapacity, NoiseKeepsDemand, FleetWithinCap,
+NearCap) are searched
 the same way over their parameters.
 """
 
@@ -20,6 +21,7 @@ from pace_properties import (
     check_near_cap,
     check_noise_at_capacity,
     check_noise_keeps_capacity,
+    check_noise_keeps_demand,
     check_recovery_within_bound,
     check_sends_recover_within_bound,
 )
@@ -84,6 +86,20 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
             check_noise_keeps_capacity(core_class, loss, seed, heads)
 
         noise()
+    elif prop == "NoiseKeepsDemand":
+        # Its mutants miss in a few runs of a hundred: 100 examples (about 10 s each).
+        @settings(WHOLE_RUNS, max_examples=100)
+        @given(
+            loss=st.floats(0.0, 0.20),
+            seed=st.integers(0, 2**16),
+            heads=st.sampled_from([1, 2, 4]),
+            in_flight=st.sampled_from([4, 8, 16]),
+            rtt_s=st.floats(0.005, 0.1),
+        )
+        def demand(loss: float, seed: int, heads: int, in_flight: int, rtt_s: float) -> None:
+            check_noise_keeps_demand(core_class, loss, seed, heads, in_flight, rtt_s)
+
+        demand()
     elif prop == "FleetWithinCap":
         # An overrun shows in a few runs of a hundred: as many as the property's own test.
         @settings(WHOLE_RUNS, max_examples=80)
@@ -105,7 +121,7 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
 
 
 def test_every_named_mutant_is_listed() -> None:
-    assert len(MUTANTS) == 19
+    assert len(MUTANTS) == 22
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
