@@ -673,6 +673,7 @@ class PaceCore:
             self._set_epoch(max(self._top, self._epoch_rate()), now, cut=1.0)
         self._decreasing = False
         self._doubted = False
+        self._demand_chain = None  # undone whole, by whichever rule
         self.stats.undone += 1
         self._undo_unchecked = True
         self._holdoff_left = self._holdoff
