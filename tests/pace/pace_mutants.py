@@ -171,17 +171,6 @@ class CutByBeta(PaceCore):
         super()._set_epoch(w_max, now)
 
 
-class UnpacedCutByBeta(PaceCore):
-    """A decrease from unpaced cuts the rate by ``1 - beta`` whatever share failed (one failed query of 30 too)."""
-
-    def _decrease(
-        self, now: float, served: float, failed: float, achieved: float, current: float | None, binding: bool = False
-    ) -> None:
-        super()._decrease(now, served, failed, achieved, current, binding)
-        if current is None:
-            self._set_epoch(self.w_max, now)  # beta's cut from the same w_max
-
-
 class NoiseOnlyFalls(PaceCore):
     """Noise learnt is only ever lowered by the windows since (it sinks to the quietest windows' share)."""
 
@@ -201,16 +190,14 @@ MUTANTS: dict[str, tuple[type[PaceCore], str]] = {
     "undo-lowers": (UndoLowers, "UndoRestores"),
     "capped-at-twice-measured": (CappedAtTwiceMeasured, "RecoveryWithinBound"),
     "refusal-not-demand": (RefusalNotDemand, "SendsRecoverWithinBound"),
-    "loss-stayed-ignored": (LossStayedIgnored, "NoiseKeepsDemand"),
+    "loss-stayed-ignored": (LossStayedIgnored, "NoiseAtCapacity"),
     "load-window-undone": (LoadWindowUndone, "LoadDecreases"),
     "no-noise": (NoNoise, "NoiseKeepsCapacity"),
     "never-undo": (NeverUndo, "NoiseKeepsCapacity"),
-    "never-undo-at-capacity": (NeverUndo, "NoiseAtCapacity"),
     "load-ignored": (LoadIgnored, "FleetWithinCap"),
     "noise-hides-load": (NoiseHidesLoad, "LoadDecreases"),
     "load-undone": (LoadUndone, "UndoBelowLoad"),
     "cut-by-beta": (CutByBeta, "SizedCut"),
     "cut-by-beta-near-cap": (CutByBeta, "NearCap"),
-    "unpaced-cut-by-beta": (UnpacedCutByBeta, "NoiseKeepsDemand"),
     "noise-only-falls": (NoiseOnlyFalls, "NoiseKeepsDemand"),
 }

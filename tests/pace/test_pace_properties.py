@@ -50,17 +50,25 @@ def test_noise_keeps_capacity(loss: float, seed: int, heads: int) -> None:
 # Counterexamples of 200 further draws (2026-12-07): at 0.4-1.3 % random
 # 503s the first rare failures cut the pace by 30 % from unpaced, three
 # times, none undone, and CUBIC took about 18 s back (0.79-0.85 of the
-# store's rate).  Strict xfails until decreases from unpaced were sized by
-# the share that failed and a chain pooled its windows without a failure.
+# store's rate).  Strict xfails until a chain pooled its windows without a
+# failure (one such window had ended it) and held its rate meanwhile.
 @pytest.mark.parametrize(("loss", "seed", "heads"), [(0.0039, 0, 4), (0.0128, 28189, 1)])
 def test_noise_keeps_capacity_where_it_missed_before(loss: float, seed: int, heads: int) -> None:
     check_noise_keeps_capacity(PaceCore, loss, seed, heads)
 
 
+# 1 of the same 200 draws misses since (0.77 of the store's rate at 4.7 %;
+# with the rules before it sent 1.0).  Strict, so the day it holds the test
+# says so.
+@pytest.mark.xfail(strict=True, reason="NoiseKeepsCapacity misses in 1 of 200 drawn runs (docs/pace.md)")
+def test_noise_keeps_capacity_where_it_misses() -> None:
+    check_noise_keeps_capacity(PaceCore, 0.0465, 43239, 1)
+
+
 # A client bound by its own concurrency (on Ceph RGW: a busy machine's
 # engine) at a store failing a few percent of HEADs at random: before the
 # rules above, 20 of 200 drawn runs sent under 90 % of their unpaced rate
-# (0.40 the least); since, 3 of 500 (0.95 the least of the others).
+# (0.40 the least); since, 5 of 200.
 @settings(RUNS, max_examples=30)
 @given(
     loss=st.floats(0.0, 0.20),
@@ -74,17 +82,25 @@ def test_noise_keeps_demand(loss: float, seed: int, heads: int, in_flight: int, 
 
 
 @pytest.mark.parametrize(
-    ("loss", "seed", "heads", "in_flight", "rtt_s"),
-    [
-        (0.0303, 42645, 4, 4, 0.0485),
-        (0.0417, 39341, 4, 8, 0.0854),
-        (0.0638, 51049, 2, 4, 0.0411),
-        (0.0149, 828, 2, 4, 0.0149),
-    ],
+    ("loss", "seed", "heads", "in_flight", "rtt_s"), [(0.0417, 39341, 4, 8, 0.0854), (0.0638, 51049, 2, 4, 0.0411)]
 )
 def test_noise_keeps_demand_where_it_missed_before(
     loss: float, seed: int, heads: int, in_flight: int, rtt_s: float
 ) -> None:
+    check_noise_keeps_demand(PaceCore, loss, seed, heads, in_flight, rtt_s)
+
+
+# Where it misses still (0.42 and 0.56): a cut of 30 % from unpaced on one
+# or two failed queries, chained by the next windows' few failures.  Sized
+# by the share that failed instead, these held, but six engines sharing a
+# capped bucket, each seeing a few percent fail, then sent 0.8-0.9 of their
+# unpaced throttled HEADs (tests/bench/test_fleet.py asks under 0.75).
+# Strict, so the day they hold the test says so.
+@pytest.mark.xfail(strict=True, reason="NoiseKeepsDemand misses where one failed query cuts 30 % (docs/pace.md)")
+@pytest.mark.parametrize(
+    ("loss", "seed", "heads", "in_flight", "rtt_s"), [(0.0303, 42645, 4, 4, 0.0485), (0.0149, 828, 2, 4, 0.0149)]
+)
+def test_noise_keeps_demand_where_it_misses(loss: float, seed: int, heads: int, in_flight: int, rtt_s: float) -> None:
     check_noise_keeps_demand(PaceCore, loss, seed, heads, in_flight, rtt_s)
 
 
@@ -105,21 +121,10 @@ def test_near_cap(demand: float, seed: int) -> None:
     check_near_cap(PaceCore, demand, seed)
 
 
-# 3 of 200 further draws served 0.756-0.792 of the cap after 6 or 7
-# decreases, the first a 30 % cut from unpaced (strict xfails until that
-# cut was sized by the share that failed; none of 200 since).
+# 3 of 200 further draws (the same sweep) serve 0.756-0.792 of the cap after
+# 6 or 7 decreases.  Strict, as above.
+@pytest.mark.xfail(strict=True, reason="NearCap misses in 5 of 200 drawn runs (docs/pace.md)")
 @pytest.mark.parametrize(("demand", "seed"), [(1.049472443332768, 5302), (1.0391066547630412, 64646)])
-def test_near_cap_where_it_missed_before(demand: float, seed: int) -> None:
-    check_near_cap(PaceCore, demand, seed)
-
-
-# Found by Hypothesis after that change (2 of 600 drawn runs miss, against
-# 6 of the same 600 before): a doubted decrease steps the rate a further
-# 30 % down from the chain's top, which the bucket never served, and the
-# windows without a failure after it keep it there (0.79 of the cap).
-# Strict, so the day it holds the test says so.
-@pytest.mark.xfail(strict=True, reason="NearCap misses in 2 of 600 drawn runs (docs/pace.md)")
-@pytest.mark.parametrize(("demand", "seed"), [(1.09375, 44034), (1.0930608596492057, 18512)])
 def test_near_cap_where_it_misses(demand: float, seed: int) -> None:
     check_near_cap(PaceCore, demand, seed)
 
