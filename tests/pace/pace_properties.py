@@ -42,7 +42,9 @@ bounds are the ones docs/pace.md prints:
 from __future__ import annotations
 
 import math
+from typing import Any
 
+from hypothesis import strategies as st
 from pace_sim import (
     CappedStore,
     ServedStore,
@@ -57,6 +59,7 @@ from kvprobe.backends._pace_core import PaceCore
 from kvprobe.spec.pace_model import recovery_bound_s
 
 __all__ = [
+    "DEMAND_RUNS",
     "check_fair_share",
     "check_fleet_within_cap",
     "check_near_cap",
@@ -139,6 +142,16 @@ def check_noise_keeps_capacity(core_class: type[PaceCore], loss: float, seed: in
     share = served_heads_per_s(sends[0], 5.0, 30.0) / 2000.0
     assert share >= 0.9, f"NoiseKeepsCapacity: {share:.3f} of the store's rate under {loss:.0%} random 503s"
     return share
+
+
+#: The runs ``NoiseKeepsDemand`` draws (its test and its mutants' search): ``@given(**DEMAND_RUNS)``.
+DEMAND_RUNS: dict[str, st.SearchStrategy[Any]] = {
+    "loss": st.floats(0.0, 0.20),
+    "seed": st.integers(0, 2**16),
+    "heads": st.sampled_from([1, 2, 4]),
+    "in_flight": st.sampled_from([4, 8, 16]),
+    "rtt_s": st.floats(0.005, 0.1),
+}
 
 
 class _Unpaced(PaceCore):

@@ -17,6 +17,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from pace_machine import pace_machine
 from pace_mutants import MUTANTS
 from pace_properties import (
+    DEMAND_RUNS,
     check_fleet_within_cap,
     check_near_cap,
     check_noise_at_capacity,
@@ -89,13 +90,7 @@ def _search(core_class: type[PaceCore], prop: str) -> None:
     elif prop == "NoiseKeepsDemand":
         # Its mutants miss in a few runs of a hundred: 100 examples (about 10 s each).
         @settings(WHOLE_RUNS, max_examples=100)
-        @given(
-            loss=st.floats(0.0, 0.20),
-            seed=st.integers(0, 2**16),
-            heads=st.sampled_from([1, 2, 4]),
-            in_flight=st.sampled_from([4, 8, 16]),
-            rtt_s=st.floats(0.005, 0.1),
-        )
+        @given(**DEMAND_RUNS)
         def demand(loss: float, seed: int, heads: int, in_flight: int, rtt_s: float) -> None:
             check_noise_keeps_demand(core_class, loss, seed, heads, in_flight, rtt_s)
 

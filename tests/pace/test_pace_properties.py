@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 from pace_properties import (
+    DEMAND_RUNS,
     check_fair_share,
     check_fleet_within_cap,
     check_near_cap,
@@ -70,13 +71,7 @@ def test_noise_keeps_capacity_where_it_misses() -> None:
 # rules above, 20 of 200 drawn runs sent under 90 % of their unpaced rate
 # (0.40 the least); since, 5 of 200.
 @settings(RUNS, max_examples=30)
-@given(
-    loss=st.floats(0.0, 0.20),
-    seed=st.integers(0, 2**16),
-    heads=st.sampled_from([1, 2, 4]),
-    in_flight=st.sampled_from([4, 8, 16]),
-    rtt_s=st.floats(0.005, 0.1),
-)
+@given(**DEMAND_RUNS)
 def test_noise_keeps_demand(loss: float, seed: int, heads: int, in_flight: int, rtt_s: float) -> None:
     check_noise_keeps_demand(PaceCore, loss, seed, heads, in_flight, rtt_s)
 
