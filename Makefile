@@ -66,7 +66,8 @@ rgw:
 # log and the sum): the TLC runs (marked `tlc`, Java keeping a core busy) in
 # two, the first holding the tests that share mutant runs through
 # tests/tla/mutant_runs.py and TLC's state graphs through tests/tla/conftest.py's
-# session fixtures (one process, one run each); the rest (mostly
+# session fixtures (one process, one run each: the chain's and the cache's
+# mutant tests make the runs tests/cli's explain tests make); the rest (mostly
 # waiting on threads, sockets and local servers) in two by folder.
 # Then, alone, the tests marked `quiet`: they judge helpers by the CPU they
 # get (tests/faults/test_cpu_gate.py), which a TLC run beside them starves;
@@ -76,8 +77,10 @@ STAGES := $(BIN)/python -m buildtools.stages
 
 test: lint rgw
 	HYPOTHESIS_PROFILE=ci $(STAGES) \
-	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py,tests/tla/test_tla_conformance.py,tests/tla/test_model_walk_checks.py" \
-	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py,!tests/tla/test_tla_conformance.py,!tests/tla/test_model_walk_checks.py" \
+	  "not long and tlc@tests/tla/test_tla_check.py,tests/cli,tests/tla/test_model_replay.py,tests/tla/test_tla_conformance.py,tests/tla/test_model_walk_checks.py,\
+	tests/tla/test_tla_chain.py::test_each_chain_mutant_is_caught_by_its_clause,tests/tla/test_tla_cache.py::test_each_cache_mutant_is_caught_by_its_clause" \
+	  "not long and tlc@!tests/tla/test_tla_check.py,!tests/cli,!tests/tla/test_model_replay.py,!tests/tla/test_tla_conformance.py,!tests/tla/test_model_walk_checks.py,\
+	!tests/tla/test_tla_chain.py::test_each_chain_mutant_is_caught_by_its_clause,!tests/tla/test_tla_cache.py::test_each_cache_mutant_is_caught_by_its_clause" \
 	  "not long and not tlc and not quiet@tests/core,tests/cli,tests/conform,tests/mutants,tests/property,tests/engine,tests/bench/test_outputs.py" \
 	  "not long and not tlc and not quiet@!tests/core,!tests/cli,!tests/conform,!tests/mutants,!tests/property,!tests/engine,!tests/bench/test_outputs.py"
 	$(BIN)/python -m buildtools.wait_quiet
