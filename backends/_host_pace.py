@@ -305,14 +305,14 @@ def checked_pace(state: object, now: float) -> PaceCore:
     if state["_verify"] is not None:
         rates += [(f"_verify[{i}]", _item(state["_verify"], i, 3)) for i in range(3)]
     chain = state["_demand_chain"]
-    if chain is not None:
-        rates.append(("_demand_chain[0]", _item(chain, 0, 5)))
-        _count("_demand_chain[2]", _item(chain, 2, 5))
-        _count("_demand_chain[4]", _item(chain, 4, 5))
-        for index, most in ((1, 1.0), (3, float(chain[2]))):
-            share = _number(f"_demand_chain[{index}]", chain[index])
+    if chain is not None:  # its fields' names were checked by from_state
+        rates.append(("_demand_chain.cut_rate", chain["cut_rate"]))
+        _count("_demand_chain.pooled_heads", chain["pooled_heads"])
+        _count("_demand_chain.windows", chain["windows"])
+        for name, most in (("first_share", 1.0), ("pooled_failed", float(chain["pooled_heads"]))):
+            share = _number(f"_demand_chain.{name}", chain[name])
             if not 0.0 <= share <= most:
-                raise ValueError(f"_demand_chain[{index}] is {share!r}, out of [0, {most:g}]")
+                raise ValueError(f"_demand_chain.{name} is {share!r}, out of [0, {most:g}]")
     for name, value in rates:
         _number(name, value)
         if not 0.0 <= value <= _TOP_RATE:

@@ -67,10 +67,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kvprobe.backends._pace_chain import ChainVerdict, DemandChain
+from kvprobe.backends._pace_windows import Window, fell
 from kvprobe.spec.option_values import as_float
 
 __all__ = [
-    "CHAIN_WINDOWS",
     "FAIR_INCREASE",
     "HOLD_PROBE_S",
     "NOISE_MARGIN",
@@ -78,7 +79,6 @@ __all__ = [
     "PaceCore",
     "PaceStats",
     "check_positive",
-    "fell",
 ]
 
 
@@ -98,43 +98,6 @@ class PaceStats:
     refused: int = 0
     answered_heads: int = 0
     failed_heads: int = 0
-
-
-@dataclass
-class _Window:
-    start: float
-    first_sent: float = math.inf  # the earliest send of a query counted (idle time before it is not the window's)
-    last_sent: float = -math.inf
-    last_heads: int = 0  # HEADs of the query sent last
-    queries: int = 0
-    failures: int = 0  # failed queries (congestion signals)
-    answered_heads: int = 0  # HEADs of the queries that answered
-    heads: int = 0  # HEADs of the queries counted
-    binding: bool = False  # a reservation had to wait: the rate, not the demand, was the limit
-
-    def add(self, sent_at: float, heads: int, failed: bool) -> None:
-        if sent_at >= self.start:  # sent before the window opened: judged by an older rate
-            self.first_sent = min(self.first_sent, sent_at)
-            if sent_at >= self.last_sent:
-                self.last_sent, self.last_heads = sent_at, heads
-            self.queries += 1
-            self.failures += failed
-            self.heads += heads
-            self.answered_heads += 0 if failed else heads
-
-    def send_rate(self, now: float) -> float:
-        """HEADs sent per second, over the sends counted (the last one's HEADs went out at its end)."""
-        span = self.last_sent - self.first_sent
-        if span > 0 and self.heads > self.last_heads:
-            return (self.heads - self.last_heads) / span
-        return self.heads / max(now - self.first_sent, 1e-3)
-
-    def failed_per_head(self) -> float:
-        """The HEADs' failure probability that explains the failed queries (queries of the mean size)."""
-        if self.failures == self.queries:
-            return 1.0
-        mean_size = self.heads / self.queries
-        return float(1.0 - (1.0 - self.failures / self.queries) ** (1.0 / mean_size))
 
 
 class PaceCore:
@@ -225,7 +188,7 @@ class PaceCore:
         self.hold_until = -math.inf  # Retry-After
         self.held_at = -math.inf  # when the hold was set: an answer to a query sent since ends it
         self.probe_at = -math.inf  # the earliest start of the hold's next probe
-        self._window = _Window(now)
+        self._window = Window(now)
         self._last_reserved = (now, 0)  # when, and how many HEADs
         # (served/s, failed per HEAD, sent/s) in the window that decided the last decrease
         self._verify: tuple[float, float, float] | None = None
@@ -235,11 +198,9 @@ class PaceCore:
         self._top: float | None = None
         self._decreasing = False
         # A chain of decreases begun where the demand set the sends (unpaced,
-        # or the rate above them) on a window failing under 1 - beta: [the
-        # rate its first decrease set, that window's failed share (or the
-        # next window's, if more), HEADs pooled since, of which failed,
-        # windows pooled] (None: no such chain).
-        self._demand_chain: list[float] | None = None
+        # or the rate above them) on a window failing under 1 - beta (None:
+        # no such chain).
+        self._demand_chain: DemandChain | None = None
         self._doubted = False  # the last window judged the last decrease useless
         # Failures per HEAD a decrease showed not to come from the rate (a
         # flaky gateway's share): windows failing no more are not signals.
@@ -264,6 +225,8 @@ class PaceCore:
         state = dict(vars(self))
         state["stats"] = dataclasses.asdict(self.stats)
         state["_window"] = dataclasses.asdict(self._window)
+        if self._demand_chain is not None:
+            state["_demand_chain"] = dataclasses.asdict(self._demand_chain)
         return state
 
     @classmethod
@@ -282,7 +245,9 @@ class PaceCore:
                 if name == "stats":
                     value = PaceStats(**value)
                 elif name == "_window":
-                    value = _Window(**value)
+                    value = Window(**value)
+                elif name == "_demand_chain" and value is not None:
+                    value = DemandChain(**value)
                 elif name in ("_last_reserved", "_verify", "_kept_up") and value is not None:
                     value = tuple(value)
                 setattr(core, name, value)
@@ -335,7 +300,7 @@ class PaceCore:
         rate = self.rate(now)
         last_at, last_heads = self._last_reserved
         if now - last_at > max(self.idle_s, 2 * last_heads / rate if rate else 0.0):
-            self._window = _Window(now)  # the demand paused: measure from here
+            self._window = Window(now)  # the demand paused: measure from here
         self._last_reserved = (now, heads)
         if rate is not None:
             start = max(start, self.tat - self.burst_s)
@@ -412,23 +377,24 @@ class PaceCore:
         self.measured = 0.8 * sent + 0.2 * self.measured
         self.served = 0.8 * served + 0.2 * self.served
         self.demand_above = window.binding and not window.failures
-        self._window = _Window(now)
+        self._window = Window(now)
         verify, self._verify = self._verify, None
-        chain_open = self._demand_chain is not None
-        stayed = self._loss_stayed(window, failed, held, verify) if chain_open else None
-        if chain_open and self._demand_chain is None and stayed is None:
-            self.t_decrease = now  # the chain's decreases stand: its rate was held, CUBIC regrows from here
-        if stayed is not None:
-            # The sends came down by a beta step or more and the share of
-            # HEADs failing stayed: not a store refusing what exceeds its
+        chain = self._demand_chain
+        verdict = ChainVerdict.OPEN if chain is None else self._judge_chain(chain, window, failed, held, verify)
+        if verdict is ChainVerdict.STANDS:
+            self._demand_chain = None
+            self.t_decrease = now  # its rate was held: CUBIC regrows from here
+        elif verdict is ChainVerdict.UNDONE:
+            # The rate was held at the chain's cut or lower, and the share
+            # of HEADs failing stayed: not a store refusing what exceeds its
             # rate (below it, that share goes), a store losing a share of
             # whatever it is sent (a gateway's 503s, also at a store whose
             # answers queue at its capacity, which answers as many at the
             # lower rate: the undo below, which asks that it answer fewer,
             # never came there, and each window failing a few percent cut
-            # again).  Back to unpaced, the share learnt as noise.
-            self._demand_chain = None
-            self._undo(now, stayed)
+            # again).  Back to before the chain, the share learnt as noise.
+            assert chain is not None
+            self._undo(now, chain.share)
             return
         if not window.failures:
             at, most = self._kept_up
@@ -572,59 +538,38 @@ class PaceCore:
             # above what the client sent): what a cut tests is whether the
             # failures come from the rate at all.
             open_chain = (current is None or not binding) and failed < 1 - self.beta
-            self._demand_chain = [self._epoch_rate(), failed, 0, 0.0, 0] if open_chain else None
+            self._demand_chain = DemandChain(self._epoch_rate(), failed) if open_chain else None
         # No burst credit (the next window measures the new rate), and the
         # HEADs already granted keep their time: a later start than theirs.
         self.tat = max(self.tat, now + self.burst_s)
         self.paced = True
         self.stats.decreases += 1
 
-    def _loss_stayed(
-        self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
-    ) -> float | None:
-        # Pools the chain's windows since its first decrease; their share of
-        # failed HEADs once they hold two windows (and two windows' HEADs),
-        # the rate is no higher than the chain's first decrease set, and
-        # that share is at least a third of the first window's or of the
-        # noise, the lower (else None; the chain ends, its decreases
-        # standing, once the pooled share fell beyond chance or after
-        # CHAIN_WINDOWS windows).
-        chain = self._demand_chain
-        assert chain is not None
+    def _judge_chain(
+        self,
+        chain: DemandChain,
+        window: Window,
+        failed: float,
+        held: float | None,
+        verify: tuple[float, float, float] | None,
+    ) -> ChainVerdict:
+        # Pools the window into the chain and says what the pool shows
+        # (DemandChain.verdict), but for the windows the pool must not see.
         if not self._decreasing or failed > self.LOAD_SHARE:
-            # Refused load: the decreases stand.  (A window without a
-            # failure is pooled: at a share of 1 %, 64 HEADs hold none half
-            # the time.)
-            self._demand_chain = None
-            return None
-        if verify is not None and verify[1] == chain[1] and not self._unsettled:
+            # Refused load: the decreases stand.
+            return ChainVerdict.STANDS
+        if verify is not None and verify[1] == chain.first_share and not self._unsettled:
             # The window right after the chain's first decrease: the store may
             # still be recovering from the rate that was cut (a drained token
             # bucket refills at its rate): not pooled, but its share joins the
-            # first one's as what a rise is measured from (one window of a
-            # few HEADs may have failed well under the store's share).
-            chain[1] = max(chain[1], failed)
-            return None
-        chain[2] += window.heads
-        chain[3] += failed * window.heads
-        chain[4] += 1
-        share = chain[3] / chain[2]
-        stayed = (
-            chain[4] >= 2
-            and chain[2] >= 2 * self.window_heads
-            and held is not None
-            and held <= chain[0] * (1 + 1e-9)
-            # A chain begun on a window over the noise limit: its first
-            # share is the noise's tail, the pool's is the noise itself.
-            and min(chain[1], self.noise or chain[1]) / 3 <= share <= 1 - self.beta
-        )
-        if stayed:
-            return share
-        if (chain[4] >= 2 and fell(chain[1], share, round(chain[2]))) or chain[4] >= CHAIN_WINDOWS:
-            # The failures fell with the rate (load), or the windows cannot tell: the decreases stand.
-            self._demand_chain = None
-            self._decreasing = False
-        return None
+            # first one's as what a rise is measured from.
+            chain.first_share = max(chain.first_share, failed)
+            return ChainVerdict.OPEN
+        chain.pool(window.heads, failed)
+        verdict = chain.verdict(held, self.noise, self.window_heads, self.beta)
+        if verdict is ChainVerdict.STANDS:
+            self._decreasing = False  # the failures fell with the rate, or the windows cannot tell
+        return verdict
 
     def _helped(self, before: float, after: float, heads: int) -> bool:
         # Whether the window after a decrease showed it helped: its failures
@@ -704,27 +649,9 @@ FAIR_INCREASE = 10.0
 # before it is judged as if they had.
 UNTESTED_WINDOWS = 3
 
-# Windows a chain begun where the demand set the sends pools at most, its rate held: undecided
-# then (failures too rare to tell a fall), its decreases stand.
-CHAIN_WINDOWS = 8
-
 # Above twice the noise, this much more of the HEADs failing is a signal:
 # a window of 64 HEADs measures a 5 % share within about +-3 %.
 NOISE_MARGIN = 0.05
-
-
-def fell(before: float, after: float, heads: int) -> bool:
-    """Whether a share of failed HEADs fell from ``before`` to ``after`` (over ``heads`` HEADs): halved, beyond chance.
-
-    Beyond chance: by more than two standard deviations of the count
-    ``before`` would give over ``heads`` HEADs (Poisson).  A window of 64
-    HEADs at a 5 % share holds about 3 failures: one window with 1 says
-    nothing, and judged by halving alone such windows kept decreases that
-    did not help, one after another (the pace stepped from 530 to 67 HEAD/s
-    under 5 % random 503s in 8 seconds, on the virtual clock).
-    """
-    expected = before * heads
-    return after <= 0.5 * before and after * heads < expected - 2.0 * math.sqrt(expected)
 
 
 def check_positive(name: str, value: float) -> None:

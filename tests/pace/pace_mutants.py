@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 
-from kvprobe.backends._pace_core import NOISE_MARGIN, PaceCore, _Window
+from kvprobe.backends._pace_chain import ChainVerdict, DemandChain
+from kvprobe.backends._pace_core import NOISE_MARGIN, PaceCore
+from kvprobe.backends._pace_windows import Window
 
 __all__ = ["MUTANTS"]
 
@@ -102,23 +104,32 @@ class RefusalNotDemand(PaceCore):
 class LossStayedIgnored(PaceCore):
     """A chain of decreases begun where the demand set the sends is never undone for a loss that stayed."""
 
-    def _loss_stayed(
-        self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
-    ) -> float | None:
-        self._demand_chain = None
-        return None
+    def _judge_chain(
+        self,
+        chain: DemandChain,
+        window: Window,
+        failed: float,
+        held: float | None,
+        verify: tuple[float, float, float] | None,
+    ) -> ChainVerdict:
+        return ChainVerdict.STANDS
 
 
 class LoadWindowUndone(PaceCore):
     """A window failing more than LOAD_SHARE may end a chain in an undo (its share pooled)."""
 
-    def _loss_stayed(
-        self, window: _Window, failed: float, held: float | None, verify: tuple[float, float, float] | None
-    ) -> float | None:
+    def _judge_chain(
+        self,
+        chain: DemandChain,
+        window: Window,
+        failed: float,
+        held: float | None,
+        verify: tuple[float, float, float] | None,
+    ) -> ChainVerdict:
         load_share = self.LOAD_SHARE
         self.LOAD_SHARE = 1.0  # for the test of this chain only
         try:
-            return super()._loss_stayed(window, failed, held, verify)
+            return super()._judge_chain(chain, window, failed, held, verify)
         finally:
             self.LOAD_SHARE = load_share
 

@@ -135,6 +135,12 @@ def test_a_torn_write_does_not_start_the_host_pace_afresh_on_every_call(
 
 # --- fields never validated ---------------------------------------------------------
 
+
+def _chain(**fields: Any) -> dict[str, Any]:
+    """A demand chain as a pace file holds it (one window pooled), with ``fields`` changed."""
+    return {"cut_rate": 900.0, "first_share": 0.05, "pooled_heads": 64, "pooled_failed": 3.0, "windows": 1} | fields
+
+
 BAD_FIELDS = [
     ("hold_until-huge", {"hold_until": 1e300}),
     ("tat-huge", {"tat": 1e300}),
@@ -149,13 +155,14 @@ BAD_FIELDS = [
     ("noise-learnt-negative", {"_noise_learnt": -0.1}),
     ("noise-learnt-string", {"_noise_learnt": "some"}),
     ("verify-short", {"_verify": [1.0, 0.5]}),
-    ("demand-chain-short", {"_demand_chain": [900.0]}),
-    ("demand-chain-old-shape", {"_demand_chain": [900.0, 0.05, 64, 3.0]}),
-    ("demand-chain-string", {"_demand_chain": ["fast", 0.05, 64, 3.0, 1]}),
-    ("demand-chain-share-above-one", {"_demand_chain": [900.0, 2.0, 64, 3.0, 1]}),
-    ("demand-chain-more-failed-than-sent", {"_demand_chain": [900.0, 0.05, 64, 65.0, 1]}),
-    ("demand-chain-heads-float", {"_demand_chain": [900.0, 0.05, 64.5, 3.0, 1]}),
-    ("demand-chain-windows-negative", {"_demand_chain": [900.0, 0.05, 64, 3.0, -1]}),
+    ("demand-chain-missing-field", {"_demand_chain": {"cut_rate": 900.0, "first_share": 0.05}}),
+    ("demand-chain-extra-field", {"_demand_chain": _chain(rose=True)}),
+    ("demand-chain-list", {"_demand_chain": [900.0, 0.05, 64, 3.0, 1]}),  # the shape written before it had names
+    ("demand-chain-string", {"_demand_chain": _chain(cut_rate="fast")}),
+    ("demand-chain-share-above-one", {"_demand_chain": _chain(first_share=2.0)}),
+    ("demand-chain-more-failed-than-sent", {"_demand_chain": _chain(pooled_failed=65.0)}),
+    ("demand-chain-heads-float", {"_demand_chain": _chain(pooled_heads=64.5)}),
+    ("demand-chain-windows-negative", {"_demand_chain": _chain(windows=-1)}),
     ("paced-int", {"paced": 1}),
     ("beta-other", {"beta": 1.5}),
     ("floor-other", {"floor": 1e-300}),
@@ -183,6 +190,7 @@ def test_a_good_pace_file_is_read_as_it_is(tmp_path: Path) -> None:
     pacer = HostPacer(path)
     _decrease(pacer)
     saved = json.loads(path.read_text())["pace"]
+    assert saved["_demand_chain"] is not None, "the decrease began no chain: the file does not show one read back"
     assert checked_pace(saved, time.monotonic()).state() == PaceCore.from_state(saved).state()
     assert pacer.bad_files == 0 and pacer.fallbacks == 0
 
