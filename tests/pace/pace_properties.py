@@ -154,25 +154,18 @@ DEMAND_RUNS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-class _Unpaced(PaceCore):
-    """A pace that never decreases: every reservation starts at once (the client's own bound)."""
-
-    def _decrease(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
 def check_noise_keeps_demand(
     core_class: type[PaceCore], loss: float, seed: int, heads: int, in_flight: int, rtt_s: float
 ) -> float:
     """What a client bound by its concurrency sends paced, per what it sends unpaced, under ``loss`` random 503s."""
 
-    def sent(pace: PaceCore) -> float:
+    def sent(pace: PaceCore | None) -> float:
         store = ServedStore(1e6, loss, rtt_s=rtt_s)  # no limit of its own: the client's in_flight bounds the rate
         sends = saturating_clients([pace], store, seconds=30.0, seed=seed, heads=heads, in_flight=in_flight)
         return served_heads_per_s(sends[0], 5.0, 30.0)
 
     paced = core_class(0.0)
-    share = sent(paced) / sent(_Unpaced(0.0))
+    share = sent(paced) / sent(None)
     assert share >= 0.9, (
         f"NoiseKeepsDemand: {share:.3f} of the unpaced sends under {loss:.1%} random 503s"
         f" ({in_flight} queries of {heads} in flight, {rtt_s * 1000:.0f} ms; {paced.stats})"

@@ -27,7 +27,7 @@ import heapq
 import itertools
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -322,12 +322,18 @@ def served_heads_per_s(starts: list[tuple[float, int]], since: float, until: flo
 
 
 def saturating_clients(
-    paces: list[PaceCore], store: Store, *, seconds: float, heads: int = 4, in_flight: int = 16, seed: int = 0
+    paces: Sequence[PaceCore | None],
+    store: Store,
+    *,
+    seconds: float,
+    heads: int = 4,
+    in_flight: int = 16,
+    seed: int = 0,
 ) -> list[list[tuple[float, int]]]:
     """Clients that always have HEADs to send (``in_flight`` queries of ``heads`` each at most), one per pace.
 
-    Each sends as its pace allows, against one shared ``store``; returns each
-    client's sends (when, HEADs).
+    Each sends as its pace allows (None: unpaced, each query as soon as one
+    ends), against one shared ``store``; returns each client's sends (when, HEADs).
     """
     rng = random.Random(seed)
     events: list[tuple[float, int, int, str, float, bool]] = []  # (when, seq, client, kind, sent_at, failed)
@@ -344,14 +350,15 @@ def saturating_clients(
         pace = paces[i]
         if kind == "done":
             busy[i] -= 1
-            (pace.failed if failed else pace.answered)(now, sent_at, heads)
+            if pace is not None:
+                (pace.failed if failed else pace.answered)(now, sent_at, heads)
         elif kind == "send":
             waiting[i] = False
             failed_now, took = store.query(now, heads, rng)
             sends[i].append((now, heads))
             heapq.heappush(events, (now + took, next(seq), i, "done", now, failed_now))
         if busy[i] < in_flight and not waiting[i]:
-            start = pace.reserve(now, heads)
+            start = now if pace is None else pace.reserve(now, heads)
             assert start is not None
             busy[i] += 1
             waiting[i] = True
