@@ -7,10 +7,10 @@ runs each against its property and asserts it is caught.
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from kvprobe.backends._pace_chain import ChainVerdict, DemandChain
+from kvprobe.backends._pace_chain import ChainVerdict
 from kvprobe.backends._pace_core import NOISE_MARGIN, PaceCore
-from kvprobe.backends._pace_windows import Window
 
 __all__ = ["MUTANTS"]
 
@@ -104,32 +104,18 @@ class RefusalNotDemand(PaceCore):
 class LossStayedIgnored(PaceCore):
     """A chain of decreases begun where the demand set the sends is never undone for a loss that stayed."""
 
-    def _judge_chain(
-        self,
-        chain: DemandChain,
-        window: Window,
-        failed: float,
-        held: float | None,
-        verify: tuple[float, float, float] | None,
-    ) -> ChainVerdict:
+    def _judge_chain(self, *args: Any) -> ChainVerdict:
         return ChainVerdict.STANDS
 
 
 class LoadWindowUndone(PaceCore):
     """A window failing more than LOAD_SHARE may end a chain in an undo (its share pooled)."""
 
-    def _judge_chain(
-        self,
-        chain: DemandChain,
-        window: Window,
-        failed: float,
-        held: float | None,
-        verify: tuple[float, float, float] | None,
-    ) -> ChainVerdict:
+    def _judge_chain(self, *args: Any) -> ChainVerdict:
         load_share = self.LOAD_SHARE
         self.LOAD_SHARE = 1.0  # for the test of this chain only
         try:
-            return super()._judge_chain(chain, window, failed, held, verify)
+            return super()._judge_chain(*args)
         finally:
             self.LOAD_SHARE = load_share
 
