@@ -252,7 +252,7 @@ class HostPacer(Pacer):
 _AHEAD_S = 7200.0
 #: The highest rate a pace file may hold (HEAD/s): far above any store's.
 _TOP_RATE = 1e9
-_RATES = ("w_max", "k", "measured", "served")
+_RATES = ("w_max", "k", "measured", "served", "_noise_rate")
 _PARAMETERS = ("c", "beta", "floor", "burst_s", "window_heads", "window_min_s", "idle_s", "holdoff_max", "max_hold_s")
 
 
@@ -299,6 +299,10 @@ def checked_pace(state: object, now: float) -> PaceCore:
     ):
         _time(name, value, now, infinite)
     _count("_last_reserved[1]", _item(state["_last_reserved"], 1, 2))
+    for index in range(3):
+        _count(f"_noise_pool[{index}]", _item(state["_noise_pool"], index, 3))
+    if state["_frozen_at"] is not None:
+        _time("_frozen_at", state["_frozen_at"], now, False)
     rates = [(name, state[name]) for name in _RATES] + [("_kept_up[1]", _item(state["_kept_up"], 1, 2))]
     if state["_top"] is not None:
         rates.append(("_top", state["_top"]))

@@ -58,8 +58,9 @@ def test_noise_keeps_capacity_where_it_missed_before(loss: float, seed: int, hea
     check_noise_keeps_capacity(PaceCore, loss, seed, heads)
 
 
-# 1 of the same 200 draws misses since (0.77 of the store's rate at 4.7 %;
-# with the rules before it sent 1.0).  Strict, so the day it holds the test
+# 1 of the same 200 draws misses since (at 4.7 %, near NOISE_MARGIN, the
+# windows the noise hides stop the growth at the undo's rate: 0.61 of the
+# store's rate; 0.77 before they did, 1.0 before chains pooled).  Strict, so the day it holds the test
 # says so.
 @pytest.mark.xfail(strict=True, reason="NoiseKeepsCapacity misses in 1 of 200 drawn runs (docs/pace.md)")
 def test_noise_keeps_capacity_where_it_misses() -> None:
@@ -132,17 +133,20 @@ def test_fleet_within_cap(n: int, cap: float, seed: int) -> None:
     check_fleet_within_cap(PaceCore, n, cap, seed)
 
 
-# The runs that missed FairShare's per-pace band before decreases were sized
-# by the share that failed (strict xfails then): each pace within it now.
-@pytest.mark.parametrize(("n", "cap", "seed"), [(6, 200.0, 7932), (3, 1000.0, 23770)])
+# Runs that missed FairShare's per-pace band or its total before: decreases
+# sized by the share that failed, then noise forgotten once the windows
+# since fail more than it beyond chance (each pace within the band now).
+@pytest.mark.parametrize(("n", "cap", "seed"), [(6, 200.0, 7932), (3, 1000.0, 23770), (5, 200.0, 49906)])
 def test_fair_share_where_it_missed_before(n: int, cap: float, seed: int) -> None:
     check_fair_share(PaceCore, n, cap, seed)
 
 
-# Counterexamples found on today's rule: 5 of 60 drawn runs send 1.21-1.33
-# times the cap together (FairShare's band is 0.8-1.2; FleetWithinCap's 1.5
-# holds).  Strict, so the day they hold the test says so.
-@pytest.mark.xfail(strict=True, reason="FairShare's fleet band does not hold yet (docs/pace.md)")
-@pytest.mark.parametrize(("n", "cap", "seed"), [(5, 200.0, 49906), (5, 400.0, 2827)])
+# Where it misses still (5 of 200 drawn fleets): 2827 sends 1.23 times the
+# cap together; 25567 holds one pace at 0.31 of its share (small cuts each
+# held for windows that last four times as long at its rate); 26462 lets
+# one pace ratchet up to 2.04 on noise learnt at a lower rate.  Strict, so
+# the day they hold the test says so.
+@pytest.mark.xfail(strict=True, reason="FairShare's fleet band misses in 5 of 200 drawn fleets (docs/pace.md)")
+@pytest.mark.parametrize(("n", "cap", "seed"), [(5, 400.0, 2827), (5, 1000.0, 25567), (6, 1000.0, 26462)])
 def test_fair_share(n: int, cap: float, seed: int) -> None:
     check_fair_share(PaceCore, n, cap, seed)

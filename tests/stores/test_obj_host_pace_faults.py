@@ -155,6 +155,13 @@ BAD_FIELDS = [
     ("noise-learnt-negative", {"_noise_learnt": -0.1}),
     ("noise-learnt-string", {"_noise_learnt": "some"}),
     ("verify-short", {"_verify": [1.0, 0.5]}),
+    ("noise-pool-short", {"_noise_pool": [3, 1]}),
+    ("noise-pool-float", {"_noise_pool": [3, 1.5, 12]}),
+    ("noise-pool-negative", {"_noise_pool": [3, -1, 12]}),
+    ("frozen-at-huge", {"_frozen_at": 1e300}),
+    ("frozen-at-string", {"_frozen_at": "then"}),
+    ("noise-rate-inf", {"_noise_rate": math.inf}),
+    ("noise-rate-negative", {"_noise_rate": -1.0}),
     ("demand-chain-missing-field", {"_demand_chain": {"cut_rate": 900.0, "first_share": 0.05}}),
     ("demand-chain-extra-field", {"_demand_chain": _chain(rose=True)}),
     ("demand-chain-list", {"_demand_chain": [900.0, 0.05, 64, 3.0, 1]}),  # the shape written before it had names
